@@ -1,0 +1,60 @@
+// swift-tools-version: 6.1
+//
+// Trove: a content-addressed cache storage engine for images.
+// Module layout and the one-way dependency rule are described in Docs/Architecture.md.
+
+import PackageDescription
+
+let package = Package(
+    name: "Trove",
+    products: [
+        .library(name: "Trove", targets: ["Trove"]),
+        .executable(name: "trove", targets: ["trove"]),
+    ],
+    dependencies: [
+        // The only package dependency: the CLI's argument parsing (about 11 s of build on 2 cores).
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2")
+    ],
+    targets: [
+        // C system libraries, each imported by exactly one Swift module.
+        .systemLibrary(
+            name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(
+            name: "CXXHash", pkgConfig: "libxxhash", providers: [.apt(["libxxhash-dev"])]),
+
+        // Shared value types: ContentHash (XXH3-128), checksums, CacheKey, ByteCount.
+        .target(name: "TroveCore", dependencies: ["CXXHash"]),
+        // Pack segments: record encoding, append, positional reads, verification, scanning.
+        .target(name: "TrovePack", dependencies: ["TroveCore"]),
+        // SQLite C-API wrapper and Trove's versioned index schema.
+        .target(name: "TroveIndex", dependencies: ["TroveCore", "CSQLite"]),
+        // The facade: Store composes the pack layer and the index.
+        .target(name: "Trove", dependencies: ["TroveCore", "TrovePack", "TroveIndex"]),
+        // The command-line tool.
+        .executableTarget(
+            name: "trove",
+            dependencies: ["Trove", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
+
+        // Tests.
+        .target(name: "TroveTestSupport", dependencies: ["TroveCore"], path: "Tests/TroveTestSupport"),
+        // A child process for the crash suite: writes to a store until it is SIGKILLed.
+        .executableTarget(name: "CrashWriter", dependencies: ["Trove"], path: "Tests/CrashWriter"),
+        .testTarget(name: "TroveCoreTests", dependencies: ["TroveCore", "TroveTestSupport"]),
+        .testTarget(name: "TrovePackTests", dependencies: ["TrovePack", "TroveTestSupport"]),
+        .testTarget(name: "TroveIndexTests", dependencies: ["TroveIndex", "TroveTestSupport"]),
+        .testTarget(
+            name: "TroveTests",
+            dependencies: ["Trove", "TrovePack", "TroveIndex", "TroveTestSupport", "CrashWriter"]),
+        .testTarget(name: "TroveCLITests", dependencies: ["TroveTestSupport", "trove"]),
+    ]
+)
+
+// Strict Swift 6 for every target, set once.
+for target in package.targets where target.type != .system {
+    var settings = target.swiftSettings ?? []
+    settings.append(.swiftLanguageMode(.v6))
+    settings.append(.enableUpcomingFeature("ExistentialAny"))
+    settings.append(.enableUpcomingFeature("InternalImportsByDefault"))
+    settings.append(.enableUpcomingFeature("MemberImportVisibility"))
+    target.swiftSettings = settings
+}

@@ -1,0 +1,19 @@
+/// How hard a store works to keep acknowledged writes across a crash of the machine.
+///
+/// Whatever the level, pack bytes are written before the index row that points at them is
+/// committed, and a process crash (SIGKILL) loses no acknowledged write: the bytes are in the
+/// page cache and recovery replays them from the active segment. The levels differ in what a
+/// power loss or kernel crash can take (Docs/Architecture.md, "Durability").
+public enum Durability: String, Sendable, CaseIterable, CustomStringConvertible {
+    /// Never fsync. A power loss can lose any writes the kernel had not yet written back.
+    case none
+    /// Group commit: the pack is fdatasynced and the index committed every
+    /// ``Store/Configuration/batchInterval`` or ``Store/Configuration/batchSize`` writes,
+    /// whichever comes first. A power loss can lose the writes of the last open batch. The default.
+    case batched
+    /// Every put and remove is fdatasynced before it returns. A power loss loses nothing
+    /// that was acknowledged.
+    case full
+
+    public var description: String { rawValue }
+}

@@ -1,0 +1,66 @@
+public import Foundation
+public import TroveCore
+
+/// What the origin said about an entry's bytes, stored with them.
+public struct EntryMetadata: Hashable, Sendable {
+    /// The origin's `ETag`, verbatim (quotes and `W/` included), for `If-None-Match`.
+    public var etag: String?
+    /// The origin's `Last-Modified`, verbatim, for `If-Modified-Since`.
+    public var lastModified: String?
+    /// When the entry stops being fresh; nil for no expiry.
+    public var expiresAt: Date?
+
+    /// Makes metadata.
+    public init(etag: String? = nil, lastModified: String? = nil, expiresAt: Date? = nil) {
+        self.etag = etag
+        self.lastModified = lastModified
+        self.expiresAt = expiresAt
+    }
+}
+
+/// Everything a store knows about an entry except its bytes.
+public struct EntryInfo: Hashable, Sendable {
+    /// The entry's key.
+    public var key: CacheKey
+    /// The stored metadata.
+    public var metadata: EntryMetadata
+    /// When the entry was stored (its last put).
+    public var createdAt: Date
+    /// When the entry was last read, as far as the store knows (read times are flushed in
+    /// batches; see ``Store/Configuration/accessTimeFlushInterval``).
+    public var accessedAt: Date
+    /// The entry's byte cost: the length of its payload.
+    public var cost: Int
+    /// The content hash of its bytes (shared with every key that stores the same bytes).
+    public var contentHash: ContentHash
+
+    /// The origin's ETag.
+    public var etag: String? { metadata.etag }
+    /// The origin's Last-Modified.
+    public var lastModified: String? { metadata.lastModified }
+    /// When the entry stops being fresh.
+    public var expiresAt: Date? { metadata.expiresAt }
+}
+
+/// An entry read from a store: its bytes and what the store knows about them.
+public struct Entry: Sendable {
+    /// The bytes, verified against their checksum.
+    public var data: Data
+    /// The entry's key, metadata, times and cost.
+    public var info: EntryInfo
+
+    /// The entry's key.
+    public var key: CacheKey { info.key }
+    /// The origin's ETag.
+    public var etag: String? { info.metadata.etag }
+    /// The origin's Last-Modified.
+    public var lastModified: String? { info.metadata.lastModified }
+    /// When the entry stops being fresh.
+    public var expiresAt: Date? { info.metadata.expiresAt }
+    /// When the entry was stored.
+    public var createdAt: Date { info.createdAt }
+    /// When the entry was last read before.
+    public var accessedAt: Date { info.accessedAt }
+    /// The entry's byte cost.
+    public var cost: Int { info.cost }
+}

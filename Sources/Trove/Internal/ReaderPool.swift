@@ -1,0 +1,33 @@
+import Synchronization
+import TroveIndex
+
+/// Read-only connections to the index, lent to concurrent gets.
+///
+/// A borrower gets a connection of its own (opening a new one when all are out) and returns
+/// it after its query; at most `capacity` idle connections are kept.
+final class ReaderPool: Sendable {
+    private let path: String
+    private let capacity: Int
+    private let idle = Mutex<[PooledReader]>([])
+
+    init(path: String, capacity: Int) {
+        self.path = path
+        self.capacity = max(1, capacity)
+    }
+
+    /// Runs `body` with a connection of its own.
+    func withReader<T>(_ body: (IndexDatabase) throws -> T) throws -> T {
+        let reader = try idle.withLock { $0.popLast() } ?? PooledReader(index: IndexDatabase(path: path, readOnly: true))
+        defer {
+            idle.withLock { pool in
+                if pool.count < capacity { pool.append(reader) }
+            }
+        }
+        return try body(reader.index)
+    }
+
+    /// Closes every idle connection.
+    func closeAll() {
+        idle.withLock { $0.removeAll() }
+    }
+}

@@ -1,0 +1,209 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+import TroveCore
+import TroveIndex
+import TrovePack
+
+// Opening a store: the index, then the segments it names, then the replay of unsealed
+// segments. Sealed segments are never read here (only their sizes are checked), so open
+// time does not grow with the number of entries.
+
+extension Store {
+    static func openWriter(
+        directory: String, packsDirectory: String, configuration: Configuration
+    ) throws(StoreError) -> (Writer, RecoveryReport) {
+        let index: IndexDatabase
+        do {
+            try PackDirectory.create(packsDirectory)
+            index = try IndexDatabase(path: directory + "/index.sqlite", readOnly: false)
+        } catch let error as PackError {
+            throw StoreError(pack: error)
+        } catch let error as IndexError {
+            throw StoreError(index: error)
+        } catch {
+            throw StoreError(code: .io, message: "cannot open \(directory): \(error)")
+        }
+        var recovery = Recovery(index: index, packs: packsDirectory, configuration: configuration)
+        do {
+            let writer = try recovery.run()
+            return (writer, recovery.report)
+        } catch let error as StoreError {
+            throw error
+        } catch let error as PackError {
+            throw StoreError(pack: error)
+        } catch let error as IndexError {
+            throw StoreError(index: error)
+        } catch {
+            throw StoreError(code: .io, message: "recovery of \(directory) failed: \(error)")
+        }
+    }
+}
+
+/// One run of crash recovery over a store's index and packs.
+struct Recovery {
+    let index: IndexDatabase
+    let packs: String
+    let configuration: Store.Configuration
+    var report = RecoveryReport()
+    var nextSequence: UInt64 = 0
+
+    init(index: IndexDatabase, packs: String, configuration: Store.Configuration) {
+        self.index = index
+        self.packs = packs
+        self.configuration = configuration
+    }
+
+    mutating func run() throws -> Writer {
+        nextSequence = UInt64(max(0, try index.meta("sequence") ?? 0))
+        let headerSize = UInt64(PackFormat.segmentHeaderSize)
+        let rows = try index.segments()
+        let files = Set(try PackDirectory.segmentIDs(in: packs))
+        try index.begin()
+        var unsealed: [(id: UInt32, replayFrom: UInt64, file: SegmentFile)] = []
+
+        // 1. The segments the index names.
+        for row in rows {
+            guard files.contains(row.id), let file = try openOrQuarantine(row.id, writable: !row.isSealed) else {
+                try drop(segment: row.id, beyond: 0)
+                try index.deleteSegment(row.id)
+                report.missingSegments.append(row.id)
+                continue
+            }
+            let size = try file.size()
+            if size < row.indexedBytes {
+                // Bytes the index relies on are gone: drop what pointed at them.
+                try drop(segment: row.id, beyond: size)
+            }
+            if !row.isSealed {
+                // A cut inside a record leaves no clean boundary to resume from: replay the
+                // whole segment then (replay is idempotent).
+                unsealed.append((row.id, size < row.indexedBytes ? headerSize : row.indexedBytes, file))
+            } else if size < row.indexedBytes {
+                try index.setIndexedBytes(size, segment: row.id)
+            }
+        }
+
+        // 2. Segment files the index does not name: created just before a crash.
+        let known = Set(rows.map(\.id))
+        for id in files.sorted() where !known.contains(id) {
+            let path = packs + "/" + PackFormat.fileName(forSegment: id)
+            if let size = fileSize(path), size < headerSize {
+                // Its creation was interrupted before the header was whole: nothing in it.
+                try PackDirectory.removeSegment(id, in: packs)
+                continue
+            }
+            guard let file = try openOrQuarantine(id, writable: true) else { continue }
+            try index.insertSegment(id: id, indexedBytes: headerSize)
+            unsealed.append((id, headerSize, file))
+        }
+
+        // 3. Replay unsealed segments past what the index reflects; cut torn tails.
+        unsealed.sort { $0.id < $1.id }
+        for segment in unsealed {
+            let outcome = try SegmentScanner.scan(segment.file, from: segment.replayFrom) { record in
+                try replay(record, segment: segment.id)
+            }
+            if let defect = outcome.defect {
+                try segment.file.truncate(to: outcome.validEnd)
+                report.truncatedTails.append(
+                    .init(
+                        segment: segment.id, validEnd: outcome.validEnd,
+                        bytesRemoved: outcome.fileSize - outcome.validEnd, reason: defect.reason))
+            }
+            try index.setIndexedBytes(outcome.validEnd, segment: segment.id)
+        }
+        try index.deleteUnreferencedBlobs()
+
+        // 4. The active segment: the newest unsealed one. Older unsealed ones are sealed.
+        let synchronize = configuration.durability != .none
+        for segment in unsealed.dropLast() {
+            if synchronize { try segment.file.synchronize() }
+            try index.sealSegment(segment.id)
+        }
+        let active: SegmentFile
+        let end: UInt64
+        if let last = unsealed.last {
+            active = last.file
+            end = try last.file.size()
+        } else {
+            let id = (files.union(known).max() ?? 0) + 1
+            active = try SegmentFile.create(id: id, in: packs, createdAt: configuration.clock(), synchronize: synchronize)
+            try index.insertSegment(id: id, indexedBytes: headerSize)
+            end = headerSize
+        }
+        try index.setMeta("sequence", Int64(bitPattern: nextSequence))
+        try index.commit()
+        let pack = PackWriter(segment: active, end: end, segmentSizeLimit: UInt64(max(configuration.segmentSize, 4096)))
+        return Writer(index: index, pack: pack, nextSequence: nextSequence)
+    }
+
+    /// Opens a segment; a file whose header is not a valid segment header is renamed to
+    /// `<name>.damaged` (kept for inspection, never deleted) and nil is returned.
+    private mutating func openOrQuarantine(_ id: UInt32, writable: Bool) throws -> SegmentFile? {
+        do {
+            return try SegmentFile.open(id: id, in: packs, writable: writable)
+        } catch let error as PackError where error.code == .notASegment {
+            try PackDirectory.quarantineSegment(id, in: packs)
+            return nil
+        } catch let error as PackError where error.errno == ENOENT {
+            return nil
+        }
+    }
+
+    private mutating func drop(segment: UInt32, beyond limit: UInt64) throws {
+        report.droppedEntries += try index.dropRecords(segment: segment, beyond: limit).map(\.key)
+    }
+
+    /// Applies one record of an unsealed segment to the index. Idempotent: a record already
+    /// reflected (same location, or an entry with this or a newer sequence) changes nothing.
+    private mutating func replay(_ record: ScannedRecord, segment: UInt32) throws {
+        switch record.content {
+        case .blob(let hash, let length):
+            if try index.blob(segment: segment, offset: record.offset) == nil {
+                _ = try index.insertBlob(
+                    hash: hash, length: length, segment: segment, offset: record.offset, recordBytes: record.length)
+                report.replayedRecords += 1
+            }
+        case .link(let link):
+            nextSequence = max(nextSequence, link.sequence + 1)
+            let key = CacheKey(url: link.url, variant: link.variant)
+            let digest = key.digest
+            if let existing = try index.entry(digest: digest),
+                existing.entry.key != key || existing.entry.sequence >= link.sequence
+            {
+                return
+            }
+            guard let blob = try linkedBlob(link) else { return }
+            try index.link(
+                EntryRow(
+                    keyDigest: digest, url: link.url, variant: link.variant, blobID: blob.id, linkSegment: segment,
+                    linkOffset: record.offset, linkLength: record.length, sequence: link.sequence, etag: link.etag,
+                    lastModified: link.lastModified, expiresAt: link.expiresAt, createdAt: link.createdAt,
+                    accessedAt: link.createdAt, cost: Int64(link.blobLength)))
+            report.replayedRecords += 1
+        case .tombstone(let tombstone):
+            nextSequence = max(nextSequence, tombstone.sequence + 1)
+            let key = CacheKey(url: tombstone.url, variant: tombstone.variant)
+            if let existing = try index.entry(digest: key.digest), existing.entry.key == key,
+                existing.entry.sequence < tombstone.sequence
+            {
+                try index.removeEntry(digest: key.digest)
+                report.replayedRecords += 1
+            }
+        }
+    }
+
+    /// The blob a link names, at its recorded location. Never another blob with the same
+    /// hash: only the recorded one is known to hold the linked bytes.
+    private func linkedBlob(_ link: LinkRecord) throws -> BlobRow? {
+        guard let blob = try index.blob(segment: link.blobSegment, offset: link.blobOffset),
+            blob.hash == link.blobHash, blob.length == link.blobLength
+        else { return nil }
+        return blob
+    }
+
+    private func fileSize(_ path: String) -> UInt64? {
+        SystemCall.fileSize(path).map { UInt64($0) }
+    }
+}

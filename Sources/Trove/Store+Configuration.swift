@@ -1,0 +1,48 @@
+public import TroveCore
+
+extension Store {
+    /// The settings of a store. Every property has a default that suits an image cache.
+    public struct Configuration: Sendable {
+        /// When writes are made durable. Default: ``Durability/batched``.
+        public var durability: Durability = .batched
+
+        /// The size at which the active pack segment is sealed and a new one started.
+        /// Default: 64 MiB. A larger blob gets a segment of its own.
+        public var segmentSize: Int64 = 64 << 20
+
+        /// The longest a write waits for its group commit under ``Durability/batched`` (and for
+        /// its index commit under ``Durability/none``). Default: 10 ms.
+        public var batchInterval: Duration = .milliseconds(10)
+
+        /// Writes that trigger a group commit before ``batchInterval`` ends. Default: 256.
+        public var batchSize: Int = 256
+
+        /// How often read times are written to the index; reads never wait for it.
+        /// Default: 5 s. Read times of the last interval may be lost in a crash (only LRU
+        /// order suffers).
+        public var accessTimeFlushInterval: Duration = .seconds(5)
+
+        /// How many entries the in-memory key → location map may hold before it is emptied
+        /// (the index answers misses). Default: 500 000, about 100 MiB at most.
+        public var locationCacheLimit: Int = 500_000
+
+        /// Read-only index connections kept for concurrent gets. Default: 4.
+        public var readerConnections: Int = 4
+
+        /// The function that addresses content. Tests replace it to force hash collisions.
+        @_spi(Testing) public var contentHasher: @Sendable (UnsafeRawBufferPointer) -> ContentHash = {
+            XXH3.hash128($0)
+        }
+
+        /// The clock, in milliseconds since 1970. Tests replace it.
+        @_spi(Testing) public var clock: @Sendable () -> Int64 = { wallClockMilliseconds() }
+
+        /// The default configuration.
+        public init() {}
+
+        /// A configuration with durability `durability` and defaults otherwise.
+        public init(durability: Durability) {
+            self.durability = durability
+        }
+    }
+}

@@ -1,0 +1,71 @@
+import TroveCore
+import TroveIndex
+import TrovePack
+
+extension Store {
+    /// Counts and sizes of a store.
+    public struct Statistics: Hashable, Sendable, Codable {
+        /// Entries (keys).
+        public var entries: Int
+        /// Distinct blobs (stored contents).
+        public var blobs: Int
+        /// Sum of the entries' payload lengths: what a store without deduplication would hold.
+        public var payloadBytes: Int64
+        /// Sum of the distinct blobs' payload lengths: what is stored.
+        public var storedPayloadBytes: Int64
+        /// Bytes saved by deduplication (`payloadBytes - storedPayloadBytes`).
+        public var dedupSavedBytes: Int64 { payloadBytes - storedPayloadBytes }
+        /// Bytes of pack records that entries still reference.
+        public var liveBytes: Int64
+        /// Size of the pack segment files.
+        public var packBytes: Int64
+        /// Size of the index files (`index.sqlite` and its `-wal` and `-shm`).
+        public var indexBytes: Int64
+        /// Disk usage: packs plus index.
+        public var diskBytes: Int64 { packBytes + indexBytes }
+        /// Pack segment files.
+        public var segments: Int
+
+        enum CodingKeys: String, CodingKey {
+            case entries, blobs, payloadBytes, storedPayloadBytes, liveBytes, packBytes, indexBytes, segments
+        }
+
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: ExtendedKeys.self)
+            try c.encode(entries, forKey: .entries)
+            try c.encode(blobs, forKey: .blobs)
+            try c.encode(payloadBytes, forKey: .payloadBytes)
+            try c.encode(storedPayloadBytes, forKey: .storedPayloadBytes)
+            try c.encode(dedupSavedBytes, forKey: .dedupSavedBytes)
+            try c.encode(liveBytes, forKey: .liveBytes)
+            try c.encode(packBytes, forKey: .packBytes)
+            try c.encode(indexBytes, forKey: .indexBytes)
+            try c.encode(diskBytes, forKey: .diskBytes)
+            try c.encode(segments, forKey: .segments)
+        }
+
+        enum ExtendedKeys: String, CodingKey {
+            case entries, blobs, payloadBytes, storedPayloadBytes, dedupSavedBytes, liveBytes, packBytes, indexBytes,
+                diskBytes, segments
+        }
+    }
+
+    /// Counts and sizes, after committing pending writes.
+    ///
+    /// - Complexity: O(entries) in SQLite's aggregate queries; O(segments) `stat` calls.
+    public func statistics() throws -> Statistics {
+        try flush()
+        let totals = try readIndex { try $0.totals() }
+        let segmentIDs: [UInt32]
+        do { segmentIDs = try PackDirectory.segmentIDs(in: packsDirectory) } catch { throw StoreError(pack: error) }
+        let packBytes = segmentIDs.reduce(Int64(0)) {
+            $0 + (SystemCall.fileSize(packsDirectory + "/" + PackFormat.fileName(forSegment: $1)) ?? 0)
+        }
+        let indexPath = directory + "/index.sqlite"
+        let indexBytes = ["", "-wal", "-shm"].reduce(Int64(0)) { $0 + (SystemCall.fileSize(indexPath + $1) ?? 0) }
+        return Statistics(
+            entries: Int(totals.entries), blobs: Int(totals.blobs), payloadBytes: totals.entryPayloadBytes,
+            storedPayloadBytes: totals.blobPayloadBytes, liveBytes: totals.liveBytes, packBytes: packBytes,
+            indexBytes: indexBytes, segments: segmentIDs.count)
+    }
+}

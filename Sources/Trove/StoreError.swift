@@ -1,0 +1,52 @@
+public import TroveCore
+
+/// An error of a ``Store``.
+///
+/// `code` says what kind of failure it is; `message` names the store, key, segment or file and
+/// says what to do; `underlying` keeps the pack- or index-layer error that caused it.
+public struct StoreError: Error, Sendable, CustomStringConvertible {
+    /// The kind of a store error. Extensible: new codes may be added.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        let name: String
+        /// Another process (or another `Store` in this one) owns the store directory.
+        public static let locked = Code(name: "locked")
+        /// The store was closed.
+        public static let closed = Code(name: "closed")
+        /// The store directory cannot be created or used.
+        public static let invalidDirectory = Code(name: "invalidDirectory")
+        /// A file operation failed (disk full, permissions, I/O error).
+        public static let io = Code(name: "io")
+        /// A stored record failed verification; the entry was dropped and is not served.
+        public static let corruptRecord = Code(name: "corruptRecord")
+        /// The index is damaged or unreadable; `trove fsck --rebuild-index` rebuilds it.
+        public static let indexCorrupt = Code(name: "indexCorrupt")
+        /// The index failed (SQLite error).
+        public static let index = Code(name: "index")
+        /// The index was written by a newer Trove.
+        public static let schemaTooNew = Code(name: "schemaTooNew")
+        /// Two different keys share a 128-bit key digest; the put was refused.
+        public static let keyCollision = Code(name: "keyCollision")
+        /// The value is larger than a pack record can hold.
+        public static let valueTooLarge = Code(name: "valueTooLarge")
+        public var description: String { name }
+    }
+
+    /// What kind of failure this is.
+    public var code: Code
+    /// What failed and what to do.
+    public var message: String
+    /// The key involved, if any.
+    public var key: CacheKey?
+    /// The lower-level error, if any.
+    public var underlying: (any Error & Sendable)?
+
+    /// Makes an error.
+    public init(code: Code, message: String, key: CacheKey? = nil, underlying: (any Error & Sendable)? = nil) {
+        self.code = code
+        self.message = message
+        self.key = key
+        self.underlying = underlying
+    }
+
+    public var description: String { message }
+}

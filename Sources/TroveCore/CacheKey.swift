@@ -1,0 +1,50 @@
+/// The key of a store entry: a URL and a variant.
+///
+/// The URL names the origin resource; the variant names one rendition of it in canonical
+/// text (empty for the original bytes, `"w256-h256-fit-webp-q80"`-style for a downsampled
+/// variant). Every variant of a URL can be listed and removed together.
+///
+/// Keys are data, never paths: nothing in a key reaches the file system.
+public struct CacheKey: Hashable, Sendable, Comparable, CustomStringConvertible {
+    /// The resource's URL, exactly as given.
+    public var url: String
+    /// The canonical text of the variant; empty for the original.
+    public var variant: String
+
+    /// Makes a key for `url`'s `variant` (the original when `variant` is empty).
+    public init(url: String, variant: String = "") {
+        self.url = url
+        self.variant = variant
+    }
+
+    /// The key's 128-bit digest, which the index uses as its primary key.
+    ///
+    /// It is XXH3-128 over the UTF-8 of the URL, one 0x00 byte, and the UTF-8 of the variant.
+    /// Different keys can collide on purpose; the index stores the key itself and compares it.
+    public var digest: ContentHash {
+        var bytes = Array(url.utf8)
+        bytes.append(0)
+        bytes.append(contentsOf: variant.utf8)
+        return ContentHash(hashing: bytes)
+    }
+
+    /// The 64-bit XXH3 hash of the URL alone, which indexes all variants of a URL.
+    public var urlDigest: Int64 {
+        Self.urlDigest(url)
+    }
+
+    /// The 64-bit XXH3 hash of `url`, as stored by the index (a signed SQLite integer).
+    public static func urlDigest(_ url: String) -> Int64 {
+        let h = Array(url.utf8).withUnsafeBytes { XXH3.hash64($0) }
+        return Int64(bitPattern: h)
+    }
+
+    /// The URL, then the variant in brackets when there is one.
+    public var description: String {
+        variant.isEmpty ? url : "\(url) [\(variant)]"
+    }
+
+    public static func < (a: CacheKey, b: CacheKey) -> Bool {
+        (a.url, a.variant) < (b.url, b.variant)
+    }
+}

@@ -1,0 +1,144 @@
+public import TroveCore
+
+// Blobs and segments: content rows, reference counts, and the per-segment accounting that
+// recovery and the compactor rely on.
+
+extension IndexDatabase {
+    /// Blobs with this hash and length (more than one only after a hash collision).
+    public func blobs(hash: ContentHash, length: UInt64) throws(IndexError) -> [BlobRow] {
+        var out: [BlobRow] = []
+        try connection.statement("SELECT \(Self.blobColumns) FROM blobs b WHERE b.hash = ? AND b.length = ?")
+            .query([.blob(hash.bytes), .integer(Int64(length))]) { (r) throws(IndexError) in
+                out.append(Self.blobRow(r, from: 0))
+                return true
+            }
+        return out
+    }
+
+    /// The blob at `offset` of `segment`, if the index has one there.
+    public func blob(segment: UInt32, offset: UInt64) throws(IndexError) -> BlobRow? {
+        try connection.statement("SELECT \(Self.blobColumns) FROM blobs b WHERE b.segment = ? AND b.offset = ?")
+            .first([.integer(Int64(segment)), .integer(Int64(offset))]) { Self.blobRow($0, from: 0) }
+    }
+
+    /// Adds a blob row with no references yet; it becomes live when an entry links to it.
+    /// - Returns: the new row's id.
+    public func insertBlob(
+        hash: ContentHash, length: UInt64, segment: UInt32, offset: UInt64, recordBytes: UInt64
+    ) throws(IndexError) -> Int64 {
+        try connection.statement(
+            "INSERT INTO blobs(hash, length, segment, offset, record_bytes, refs) VALUES (?, ?, ?, ?, ?, 0)"
+        ).run([
+            .blob(hash.bytes), .integer(Int64(length)), .integer(Int64(segment)), .integer(Int64(offset)),
+            .integer(Int64(recordBytes)),
+        ])
+        return connection.lastInsertRowID
+    }
+
+    func retainBlob(_ id: Int64) throws(IndexError) {
+        try connection.statement("UPDATE blobs SET refs = refs + 1 WHERE id = ?").run([.integer(id)])
+        // 0 → 1: the blob record becomes live bytes of its segment.
+        if let (refs, segment, bytes) = try blobAccounting(id), refs == 1 {
+            try addLiveBytes(bytes, segment: segment)
+        }
+    }
+
+    func releaseBlob(_ id: Int64) throws(IndexError) {
+        try connection.statement("UPDATE blobs SET refs = refs - 1 WHERE id = ?").run([.integer(id)])
+        // 1 → 0: the blob is dead; its bytes are garbage for the compactor.
+        if let (refs, segment, bytes) = try blobAccounting(id), refs <= 0 {
+            try addLiveBytes(-bytes, segment: segment)
+            try connection.statement("DELETE FROM blobs WHERE id = ?").run([.integer(id)])
+        }
+    }
+
+    private func blobAccounting(_ id: Int64) throws(IndexError) -> (Int64, UInt32, Int64)? {
+        try connection.statement("SELECT refs, segment, record_bytes FROM blobs WHERE id = ?")
+            .first([.integer(id)]) { ($0.int64(0), UInt32(truncatingIfNeeded: $0.int64(1)), $0.int64(2)) }
+    }
+
+    /// Deletes blobs that no entry links to (left by a replay that ended in removals).
+    /// - Returns: how many were deleted.
+    @discardableResult
+    public func deleteUnreferencedBlobs() throws(IndexError) -> Int {
+        try connection.statement("DELETE FROM blobs WHERE refs <= 0").run()
+        return connection.changes
+    }
+
+    // MARK: Segments
+
+    /// Every segment row, by id.
+    public func segments() throws(IndexError) -> [SegmentRow] {
+        var out: [SegmentRow] = []
+        try connection.statement("SELECT id, indexed_bytes, live_bytes, sealed FROM segments ORDER BY id").query {
+            (r) throws(IndexError) in
+            out.append(
+                SegmentRow(
+                    id: UInt32(truncatingIfNeeded: r.int64(0)), indexedBytes: UInt64(bitPattern: r.int64(1)),
+                    liveBytes: r.int64(2), isSealed: r.int64(3) != 0))
+            return true
+        }
+        return out
+    }
+
+    /// Adds a segment row.
+    public func insertSegment(id: UInt32, indexedBytes: UInt64) throws(IndexError) {
+        try connection.statement("INSERT OR IGNORE INTO segments(id, indexed_bytes) VALUES (?, ?)")
+            .run([.integer(Int64(id)), .integer(Int64(indexedBytes))])
+    }
+
+    /// Records that the index reflects segment `id` up to `indexedBytes`.
+    public func setIndexedBytes(_ indexedBytes: UInt64, segment id: UInt32) throws(IndexError) {
+        try connection.statement("UPDATE segments SET indexed_bytes = ? WHERE id = ?")
+            .run([.integer(Int64(indexedBytes)), .integer(Int64(id))])
+    }
+
+    /// Marks segment `id` sealed.
+    public func sealSegment(_ id: UInt32) throws(IndexError) {
+        try connection.statement("UPDATE segments SET sealed = 1 WHERE id = ?").run([.integer(Int64(id))])
+    }
+
+    /// Changes the live bytes of segment `id` by `delta`.
+    public func addLiveBytes(_ delta: Int64, segment id: UInt32) throws(IndexError) {
+        guard delta != 0 else { return }
+        try connection.statement("UPDATE segments SET live_bytes = live_bytes + ? WHERE id = ?")
+            .run([.integer(delta), .integer(Int64(id))])
+    }
+
+    /// Drops every entry whose blob or link record in segment `id` ends past `limit`, and the
+    /// blobs there: used when those bytes are gone (a truncated or missing file; `limit` 0
+    /// drops everything in the segment). Run inside a transaction.
+    /// - Returns: the dropped entries.
+    public func dropRecords(segment id: UInt32, beyond limit: UInt64) throws(IndexError) -> [EntryRow] {
+        var doomed: [EntryRow] = []
+        try connection.statement(
+            """
+            SELECT \(Self.entryColumns) FROM entries e JOIN blobs b ON b.id = e.blob
+            WHERE (b.segment = ?1 AND b.offset + b.record_bytes > ?2)
+               OR (e.link_segment = ?1 AND e.link_offset + e.link_length > ?2)
+            """
+        ).query([.integer(Int64(id)), .integer(Int64(limit))]) { (r) throws(IndexError) in
+            doomed.append(Self.entryRow(r))
+            return true
+        }
+        for row in doomed { try removeEntry(digest: row.keyDigest) }
+        try connection.statement("DELETE FROM blobs WHERE segment = ? AND offset + record_bytes > ?")
+            .run([.integer(Int64(id)), .integer(Int64(limit))])
+        return doomed
+    }
+
+    /// Drops blob `id` and every entry linked to it (its record failed verification).
+    /// Run inside a transaction.
+    /// - Returns: the dropped entries.
+    public func dropBlob(_ id: Int64) throws(IndexError) -> [EntryRow] {
+        let doomed = try entries(blobID: id)
+        for row in doomed { try removeEntry(digest: row.keyDigest) }
+        try connection.statement("DELETE FROM blobs WHERE id = ?").run([.integer(id)])
+        return doomed
+    }
+
+    /// Deletes segment `id`'s row (its records must already be gone from the index).
+    public func deleteSegment(_ id: UInt32) throws(IndexError) {
+        try connection.statement("DELETE FROM segments WHERE id = ?").run([.integer(Int64(id))])
+    }
+}

@@ -1,0 +1,133 @@
+public import TroveCore
+
+// Entries: lookups, linking a key to a blob (with reference counting and live-byte
+// accounting), removal, access times, enumeration.
+
+extension IndexDatabase {
+    static let entryColumns = """
+        e.key_hash, e.url, e.variant, e.blob, e.link_segment, e.link_offset, e.link_length, e.sequence,
+        e.etag, e.last_modified, e.expires_at, e.created_at, e.accessed_at, e.cost
+        """
+    static let blobColumns = "b.id, b.hash, b.length, b.segment, b.offset, b.record_bytes, b.refs"
+
+    static func entryRow(_ r: SQLiteRow) -> EntryRow {
+        EntryRow(
+            keyDigest: ContentHash(bytes: r.blob(0)) ?? ContentHash(high: 0, low: 0), url: r.text(1), variant: r.text(2),
+            blobID: r.int64(3), linkSegment: UInt32(truncatingIfNeeded: r.int64(4)),
+            linkOffset: UInt64(bitPattern: r.int64(5)), linkLength: UInt64(bitPattern: r.int64(6)),
+            sequence: UInt64(bitPattern: r.int64(7)), etag: r.optionalText(8), lastModified: r.optionalText(9),
+            expiresAt: r.optionalInt64(10), createdAt: r.int64(11), accessedAt: r.int64(12), cost: r.int64(13))
+    }
+
+    static func blobRow(_ r: SQLiteRow, from c: Int32) -> BlobRow {
+        BlobRow(
+            id: r.int64(c), hash: ContentHash(bytes: r.blob(c + 1)) ?? ContentHash(high: 0, low: 0),
+            length: UInt64(bitPattern: r.int64(c + 2)), segment: UInt32(truncatingIfNeeded: r.int64(c + 3)),
+            offset: UInt64(bitPattern: r.int64(c + 4)), recordBytes: UInt64(bitPattern: r.int64(c + 5)),
+            references: r.int64(c + 6))
+    }
+
+    /// The entry whose key digest is `digest`, with its blob; one indexed lookup.
+    ///
+    /// The caller compares the returned URL and variant with its key: digests can collide.
+    public func entry(digest: ContentHash) throws(IndexError) -> IndexedEntry? {
+        try connection.statement(
+            "SELECT \(Self.entryColumns), \(Self.blobColumns) FROM entries e JOIN blobs b ON b.id = e.blob WHERE e.key_hash = ?"
+        ).first([.blob(digest.bytes)]) { IndexedEntry(entry: Self.entryRow($0), blob: Self.blobRow($0, from: 14)) }
+    }
+
+    /// Every entry of `url` (all its variants), with their blobs, ordered by variant.
+    public func entries(url: String) throws(IndexError) -> [IndexedEntry] {
+        var out: [IndexedEntry] = []
+        try connection.statement(
+            "SELECT \(Self.entryColumns), \(Self.blobColumns) FROM entries e JOIN blobs b ON b.id = e.blob "
+                + "WHERE e.url_hash = ? AND e.url = ? ORDER BY e.variant"
+        ).query([.integer(CacheKey.urlDigest(url)), .text(url)]) { (r) throws(IndexError) in
+            out.append(IndexedEntry(entry: Self.entryRow(r), blob: Self.blobRow(r, from: 14)))
+            return true
+        }
+        return out
+    }
+
+    /// Calls `body` for every entry, in key order, until it returns false.
+    public func forEachEntry(_ body: (IndexedEntry) -> Bool) throws(IndexError) {
+        try connection.statement(
+            "SELECT \(Self.entryColumns), \(Self.blobColumns) FROM entries e JOIN blobs b ON b.id = e.blob "
+                + "ORDER BY e.url, e.variant"
+        ).query { (r) throws(IndexError) in body(IndexedEntry(entry: Self.entryRow(r), blob: Self.blobRow(r, from: 14))) }
+    }
+
+    /// Links `row.keyDigest` to `row.blobID`, replacing any entry for the same digest.
+    ///
+    /// Keeps reference counts and segment live bytes right: the new blob gains a reference,
+    /// the replaced entry's blob loses one (and is deleted at zero). Run inside a transaction.
+    /// - Returns: the replaced entry, if any.
+    @discardableResult
+    public func link(_ row: EntryRow) throws(IndexError) -> EntryRow? {
+        // Retain first: when the replaced entry links to the same blob, releasing it first
+        // would drop the blob to zero references and delete it.
+        try retainBlob(row.blobID)
+        let replaced = try removeEntry(digest: row.keyDigest)
+        try connection.statement(
+            """
+            INSERT INTO entries(key_hash, url, variant, url_hash, blob, link_segment, link_offset, link_length,
+                sequence, etag, last_modified, expires_at, created_at, accessed_at, cost)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """
+        ).run([
+            .blob(row.keyDigest.bytes), .text(row.url), .text(row.variant), .integer(CacheKey.urlDigest(row.url)),
+            .integer(row.blobID), .integer(Int64(row.linkSegment)), .integer(Int64(row.linkOffset)),
+            .integer(Int64(row.linkLength)), .integer(Int64(bitPattern: row.sequence)), .optional(row.etag),
+            .optional(row.lastModified), .optional(row.expiresAt), .integer(row.createdAt),
+            .integer(row.accessedAt), .integer(row.cost),
+        ])
+        try addLiveBytes(Int64(row.linkLength), segment: row.linkSegment)
+        return replaced
+    }
+
+    /// Removes the entry with digest `digest`, releasing its blob. Run inside a transaction.
+    /// - Returns: the removed entry, if there was one.
+    @discardableResult
+    public func removeEntry(digest: ContentHash) throws(IndexError) -> EntryRow? {
+        guard
+            let old = try connection.statement("SELECT \(Self.entryColumns) FROM entries e WHERE e.key_hash = ?")
+                .first([.blob(digest.bytes)], Self.entryRow)
+        else { return nil }
+        try connection.statement("DELETE FROM entries WHERE key_hash = ?").run([.blob(digest.bytes)])
+        try addLiveBytes(-Int64(old.linkLength), segment: old.linkSegment)
+        try releaseBlob(old.blobID)
+        return old
+    }
+
+    /// Every entry linked to blob `id`.
+    public func entries(blobID id: Int64) throws(IndexError) -> [EntryRow] {
+        var out: [EntryRow] = []
+        try connection.statement("SELECT \(Self.entryColumns) FROM entries e WHERE e.blob = ?").query([.integer(id)]) {
+            (r) throws(IndexError) in
+            out.append(Self.entryRow(r))
+            return true
+        }
+        return out
+    }
+
+    /// Records read times, in digest order (each is an indexed update; run them in one
+    /// transaction, rarely).
+    public func touch(_ times: [(digest: ContentHash, accessedAt: Int64)]) throws(IndexError) {
+        let update = try connection.statement("UPDATE entries SET accessed_at = max(accessed_at, ?) WHERE key_hash = ?")
+        for (digest, time) in times.sorted(by: { $0.digest < $1.digest }) {
+            try update.run([.integer(time), .blob(digest.bytes)])
+        }
+    }
+
+    /// Totals over entries, blobs and segments.
+    public func totals() throws -> IndexTotals {
+        try reading {
+            let entries = try connection.statement("SELECT count(*), coalesce(sum(cost), 0) FROM entries").first { ($0.int64(0), $0.int64(1)) }!
+            let blobs = try connection.statement("SELECT count(*), coalesce(sum(length), 0) FROM blobs").first { ($0.int64(0), $0.int64(1)) }!
+            let live = try connection.statement("SELECT coalesce(sum(live_bytes), 0) FROM segments").first { $0.int64(0) }!
+            return IndexTotals(
+                entries: entries.0, blobs: blobs.0, entryPayloadBytes: entries.1, blobPayloadBytes: blobs.1,
+                liveBytes: live)
+        }
+    }
+}

@@ -1,0 +1,132 @@
+public import TroveCore
+
+/// One row of the entries table: a key, the blob it links to and the entry's metadata.
+///
+/// Times are milliseconds since 1970.
+public struct EntryRow: Hashable, Sendable {
+    /// ``CacheKey/digest`` of the key: the primary key.
+    public var keyDigest: ContentHash
+    /// The key's URL.
+    public var url: String
+    /// The key's variant text.
+    public var variant: String
+    /// The id of the blob row the entry links to.
+    public var blobID: Int64
+    /// Where the entry's link record is.
+    public var linkSegment: UInt32
+    /// The offset of the link record in `linkSegment`.
+    public var linkOffset: UInt64
+    /// The link record's total length.
+    public var linkLength: UInt64
+    /// The link record's sequence number.
+    public var sequence: UInt64
+    /// The origin's ETag.
+    public var etag: String?
+    /// The origin's Last-Modified.
+    public var lastModified: String?
+    /// When the entry expires; nil for never.
+    public var expiresAt: Int64?
+    /// When the entry was created.
+    public var createdAt: Int64
+    /// When the entry was last read (as last flushed).
+    public var accessedAt: Int64
+    /// The entry's byte cost: its payload length.
+    public var cost: Int64
+
+    /// Makes a row.
+    public init(
+        keyDigest: ContentHash, url: String, variant: String, blobID: Int64, linkSegment: UInt32,
+        linkOffset: UInt64, linkLength: UInt64, sequence: UInt64, etag: String?, lastModified: String?,
+        expiresAt: Int64?, createdAt: Int64, accessedAt: Int64, cost: Int64
+    ) {
+        self.keyDigest = keyDigest
+        self.url = url
+        self.variant = variant
+        self.blobID = blobID
+        self.linkSegment = linkSegment
+        self.linkOffset = linkOffset
+        self.linkLength = linkLength
+        self.sequence = sequence
+        self.etag = etag
+        self.lastModified = lastModified
+        self.expiresAt = expiresAt
+        self.createdAt = createdAt
+        self.accessedAt = accessedAt
+        self.cost = cost
+    }
+
+    /// The entry's key.
+    public var key: CacheKey { CacheKey(url: url, variant: variant) }
+}
+
+/// One row of the blobs table: content stored once, and how many entries link to it.
+public struct BlobRow: Hashable, Sendable {
+    /// The row id.
+    public var id: Int64
+    /// The content hash.
+    public var hash: ContentHash
+    /// The payload length.
+    public var length: UInt64
+    /// The segment holding the blob record.
+    public var segment: UInt32
+    /// The offset of the blob record.
+    public var offset: UInt64
+    /// The blob record's total length on disk.
+    public var recordBytes: UInt64
+    /// How many entries link to the blob.
+    public var references: Int64
+
+    /// Makes a row.
+    public init(
+        id: Int64, hash: ContentHash, length: UInt64, segment: UInt32, offset: UInt64, recordBytes: UInt64,
+        references: Int64
+    ) {
+        self.id = id
+        self.hash = hash
+        self.length = length
+        self.segment = segment
+        self.offset = offset
+        self.recordBytes = recordBytes
+        self.references = references
+    }
+}
+
+/// An entry joined with its blob: everything a read needs.
+public struct IndexedEntry: Hashable, Sendable {
+    /// The entry row.
+    public var entry: EntryRow
+    /// The blob it links to.
+    public var blob: BlobRow
+
+    /// Makes a joined row.
+    public init(entry: EntryRow, blob: BlobRow) {
+        self.entry = entry
+        self.blob = blob
+    }
+}
+
+/// One row of the segments table.
+public struct SegmentRow: Hashable, Sendable {
+    /// The segment id.
+    public var id: UInt32
+    /// The offset up to which the index reflects the segment's records.
+    public var indexedBytes: UInt64
+    /// Bytes of records that are still referenced (live blobs and current link records).
+    public var liveBytes: Int64
+    /// Whether the segment is sealed (immutable).
+    public var isSealed: Bool
+}
+
+/// Totals over the index.
+public struct IndexTotals: Hashable, Sendable {
+    /// Number of entries.
+    public var entries: Int64
+    /// Number of blobs.
+    public var blobs: Int64
+    /// Sum of the entries' payload lengths (what a non-deduplicating store would hold).
+    public var entryPayloadBytes: Int64
+    /// Sum of the blobs' payload lengths (what is stored).
+    public var blobPayloadBytes: Int64
+    /// Sum of the segments' live bytes.
+    public var liveBytes: Int64
+}

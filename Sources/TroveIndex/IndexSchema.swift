@@ -1,0 +1,59 @@
+/// Trove's index schema and its migrations, by version (`PRAGMA user_version`).
+///
+/// Append a migration to change the schema; never edit a shipped one.
+enum IndexSchema {
+    /// The version this build writes.
+    static let currentVersion = migrations.count
+
+    /// Migration `i` takes the schema from version `i` to `i + 1`.
+    static let migrations: [String] = [
+        """
+        CREATE TABLE meta(
+            key TEXT PRIMARY KEY,
+            value INTEGER NOT NULL
+        ) WITHOUT ROWID;
+
+        CREATE TABLE segments(
+            id INTEGER PRIMARY KEY,
+            indexed_bytes INTEGER NOT NULL,
+            live_bytes INTEGER NOT NULL DEFAULT 0,
+            sealed INTEGER NOT NULL DEFAULT 0
+        );
+
+        CREATE TABLE blobs(
+            id INTEGER PRIMARY KEY,
+            hash BLOB NOT NULL,
+            length INTEGER NOT NULL,
+            segment INTEGER NOT NULL,
+            offset INTEGER NOT NULL,
+            record_bytes INTEGER NOT NULL,
+            refs INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE INDEX blobs_by_hash ON blobs(hash);
+        CREATE UNIQUE INDEX blobs_by_location ON blobs(segment, offset);
+
+        CREATE TABLE entries(
+            key_hash BLOB PRIMARY KEY,
+            url TEXT NOT NULL,
+            variant TEXT NOT NULL,
+            url_hash INTEGER NOT NULL,
+            blob INTEGER NOT NULL,
+            link_segment INTEGER NOT NULL,
+            link_offset INTEGER NOT NULL,
+            link_length INTEGER NOT NULL,
+            sequence INTEGER NOT NULL,
+            etag TEXT,
+            last_modified TEXT,
+            expires_at INTEGER,
+            created_at INTEGER NOT NULL,
+            accessed_at INTEGER NOT NULL,
+            cost INTEGER NOT NULL
+        ) WITHOUT ROWID;
+        CREATE INDEX entries_by_url ON entries(url_hash);
+        CREATE INDEX entries_by_access ON entries(accessed_at);
+        CREATE INDEX entries_by_expiry ON entries(expires_at) WHERE expires_at IS NOT NULL;
+        CREATE INDEX entries_by_blob ON entries(blob);
+        CREATE INDEX entries_by_link ON entries(link_segment, link_offset);
+        """
+    ]
+}

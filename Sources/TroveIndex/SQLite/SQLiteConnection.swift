@@ -1,0 +1,76 @@
+import CSQLite
+
+/// One SQLite connection: owns its `sqlite3` handle and a cache of prepared statements.
+///
+/// Confined to one owner at a time (the store's writer, or one reader taken from a pool):
+/// it is not `Sendable`, and the owner serializes every call.
+final class SQLiteConnection {
+    private let handle: OpaquePointer
+    let path: String
+    private var statements: [String: SQLiteStatement] = [:]
+
+    /// Opens (and, unless `readOnly`, creates) the database at `path`.
+    init(path: String, readOnly: Bool) throws(IndexError) {
+        var db: OpaquePointer?
+        let flags =
+            (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
+            | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
+        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        guard rc == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+            sqlite3_close_v2(db)
+            throw IndexError(
+                code: rc == SQLITE_CORRUPT || rc == SQLITE_NOTADB ? .corrupt : .sqlite,
+                message: "cannot open index \(path): \(message)", resultCode: rc & 0xff, extendedResultCode: rc)
+        }
+        self.handle = db
+        self.path = path
+        sqlite3_extended_result_codes(db, 1)
+    }
+
+    deinit {
+        // Statements must be finalized before the connection closes.
+        statements.removeAll()
+        sqlite3_close_v2(handle)
+    }
+
+    /// Runs one or more statements that return no rows.
+    func execute(_ sql: String) throws(IndexError) {
+        var errorMessage: UnsafeMutablePointer<CChar>?
+        let rc = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
+        if rc != SQLITE_OK {
+            let message = errorMessage.map { String(cString: $0) } ?? "error \(rc)"
+            sqlite3_free(errorMessage)
+            throw error(rc, message: message, sql: sql)
+        }
+    }
+
+    /// The cached statement for `sql`, prepared once with `SQLITE_PREPARE_PERSISTENT`.
+    func statement(_ sql: String) throws(IndexError) -> SQLiteStatement {
+        if let cached = statements[sql] { return cached }
+        var stmt: OpaquePointer?
+        let rc = sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &stmt, nil)
+        guard rc == SQLITE_OK, let stmt else { throw error(rc, sql: sql) }
+        let statement = SQLiteStatement(stmt, connection: self, sql: sql)
+        statements[sql] = statement
+        return statement
+    }
+
+    /// The rowid of the last inserted row.
+    var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+
+    /// Rows changed by the last statement.
+    var changes: Int { Int(sqlite3_changes(handle)) }
+
+    /// Whether a transaction is open.
+    var isInTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
+
+    /// An ``IndexError`` for result code `rc`, with the connection's message.
+    func error(_ rc: Int32, message: String? = nil, sql: String? = nil) -> IndexError {
+        let primary = rc & 0xff
+        let text = message ?? String(cString: sqlite3_errmsg(handle))
+        let code: IndexError.Code = primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB ? .corrupt : .sqlite
+        return IndexError(
+            code: code, message: "\(path): \(text)", resultCode: primary, extendedResultCode: rc, sql: sql)
+    }
+}

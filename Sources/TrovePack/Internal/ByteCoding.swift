@@ -1,0 +1,88 @@
+// Little-endian encoding and decoding of the fixed-width fields of the pack format.
+
+struct ByteWriter {
+    var bytes: [UInt8]
+
+    init(capacity: Int) {
+        bytes = []
+        bytes.reserveCapacity(capacity)
+    }
+
+    mutating func append(_ v: UInt8) { bytes.append(v) }
+    mutating func append(_ v: UInt16) { appendLE(UInt64(v), width: 2) }
+    mutating func append(_ v: UInt32) { appendLE(UInt64(v), width: 4) }
+    mutating func append(_ v: UInt64) { appendLE(v, width: 8) }
+    mutating func append(_ v: Int64) { appendLE(UInt64(bitPattern: v), width: 8) }
+    mutating func append(contentsOf b: [UInt8]) { bytes.append(contentsOf: b) }
+
+    /// A UInt32 length, then the UTF-8 bytes.
+    mutating func appendString(_ s: String) {
+        let utf8 = Array(s.utf8)
+        append(UInt32(utf8.count))
+        bytes.append(contentsOf: utf8)
+    }
+
+    private mutating func appendLE(_ v: UInt64, width: Int) {
+        for i in 0..<width { bytes.append(UInt8(truncatingIfNeeded: v >> (8 * UInt64(i)))) }
+    }
+
+    mutating func overwrite(_ v: UInt64, at offset: Int) {
+        for i in 0..<8 { bytes[offset + i] = UInt8(truncatingIfNeeded: v >> (8 * UInt64(i))) }
+    }
+}
+
+/// Reads fields from a buffer; every read is bounds-checked and fails with nil past the end.
+struct ByteReader {
+    let buffer: UnsafeRawBufferPointer
+    var position = 0
+
+    init(_ buffer: UnsafeRawBufferPointer) { self.buffer = buffer }
+
+    var remaining: Int { buffer.count - position }
+
+    mutating func readUInt8() -> UInt8? {
+        guard remaining >= 1 else { return nil }
+        defer { position += 1 }
+        return buffer[position]
+    }
+
+    mutating func readUInt16() -> UInt16? { readLE(2).map { UInt16(truncatingIfNeeded: $0) } }
+    mutating func readUInt32() -> UInt32? { readLE(4).map { UInt32(truncatingIfNeeded: $0) } }
+    mutating func readUInt64() -> UInt64? { readLE(8) }
+    mutating func readInt64() -> Int64? { readLE(8).map { Int64(bitPattern: $0) } }
+
+    mutating func readBytes(_ n: Int) -> [UInt8]? {
+        guard n >= 0, remaining >= n else { return nil }
+        defer { position += n }
+        return Array(buffer[position..<position + n])
+    }
+
+    /// A UInt32 length, then that many bytes of valid UTF-8.
+    mutating func readString() -> String? {
+        guard let n = readUInt32(), let raw = readBytes(Int(n)) else { return nil }
+        return String(validating: raw, as: UTF8.self)
+    }
+
+    private mutating func readLE(_ width: Int) -> UInt64? {
+        guard remaining >= width else { return nil }
+        var v: UInt64 = 0
+        for i in 0..<width { v |= UInt64(buffer[position + i]) << (8 * UInt64(i)) }
+        position += width
+        return v
+    }
+}
+
+extension UnsafeRawBufferPointer {
+    /// The little-endian integer at `offset`; the caller has checked the bounds.
+    func loadLE(_: UInt64.Type, at offset: Int) -> UInt64 {
+        var v: UInt64 = 0
+        for i in 0..<8 { v |= UInt64(self[offset + i]) << (8 * UInt64(i)) }
+        return v
+    }
+
+    func loadLE(_: UInt32.Type, at offset: Int) -> UInt32 {
+        var v: UInt32 = 0
+        for i in 0..<4 { v |= UInt32(self[offset + i]) << (8 * UInt32(i)) }
+        return v
+    }
+}

@@ -1,0 +1,43 @@
+/// An error of the pack layer: I/O on a segment file, or a record that is not what it should be.
+///
+/// `code` says what kind of failure it is; `message` names the segment file and offset and
+/// says what to do; `errno` is set when a system call failed.
+public struct PackError: Error, Sendable, CustomStringConvertible {
+    /// The kind of a pack error. Extensible: new codes may be added.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        let name: String
+        /// A system call on a segment file failed.
+        public static let io = Code(name: "io")
+        /// A record failed verification: bad header, checksum mismatch or malformed body.
+        public static let corruptRecord = Code(name: "corruptRecord")
+        /// A record runs past the end of its segment file.
+        public static let truncatedRecord = Code(name: "truncatedRecord")
+        /// A file in packs/ is not a Trove segment of a supported version.
+        public static let notASegment = Code(name: "notASegment")
+        /// A payload is larger than a record can hold.
+        public static let recordTooLarge = Code(name: "recordTooLarge")
+        public var description: String { name }
+    }
+
+    /// What kind of failure this is.
+    public var code: Code
+    /// What failed, naming the file and offset, and what to do.
+    public var message: String
+    /// The path of the segment file involved.
+    public var path: String
+    /// The offset in the file, when the failure concerns one record.
+    public var offset: UInt64?
+    /// The system error number, for ``Code/io``.
+    public var errno: Int32?
+
+    /// Makes an error.
+    public init(code: Code, message: String, path: String, offset: UInt64? = nil, errno: Int32? = nil) {
+        self.code = code
+        self.message = message
+        self.path = path
+        self.offset = offset
+        self.errno = errno
+    }
+
+    public var description: String { "\(code): \(message)" }
+}

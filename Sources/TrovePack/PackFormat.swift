@@ -1,0 +1,55 @@
+// The constants of Trove's pack format. The byte-by-byte specification, with a worked
+// example and the tradeoffs, is Docs/PackFormat.md: change both together.
+
+/// Constants of the pack segment format, version 1.
+public enum PackFormat {
+    /// Segment file header: magic (8) + version (4) + segment id (4) + created ms (8) + checksum (8).
+    public static let segmentHeaderSize = 32
+    /// The first 8 bytes of every segment file: "TROVPACK".
+    public static let segmentMagic: [UInt8] = Array("TROVPACK".utf8)
+    /// The version written into segment headers and record headers.
+    public static let version: UInt8 = 1
+
+    /// Record header: magic (4) + type (1) + version (1) + flags (2) + body length (8) + checksum (8).
+    public static let recordHeaderSize = 24
+    /// The magic of every record: the bytes "TRVR" (0x52565254 little-endian).
+    public static let recordMagic: UInt32 = 0x5256_5254
+    /// Bytes of the header that the checksum's seed covers (everything before the checksum).
+    public static let checksummedHeaderPrefix = 16
+
+    /// A blob body starts with the 16-byte content hash; the payload follows.
+    public static let blobPrefixSize = 16
+    /// Fixed part of a link body, before its four length-prefixed strings.
+    public static let linkFixedSize = 64
+    /// Fixed part of a tombstone body, before its two length-prefixed strings.
+    public static let tombstoneFixedSize = 16
+
+    /// The largest record body the format accepts (1 GiB): a bound that a corrupt length field
+    /// cannot push a reader past.
+    public static let maximumBodyLength: UInt64 = 1 << 30
+
+    /// The file name of segment `id`: eight decimal digits and `.pack`.
+    public static func fileName(forSegment id: UInt32) -> String {
+        let digits = String(id)
+        return String(repeating: "0", count: max(0, 8 - digits.count)) + digits + ".pack"
+    }
+
+    /// The segment id named by `fileName`, or nil when it is not a segment file name.
+    public static func segmentID(fromFileName fileName: String) -> UInt32? {
+        guard fileName.hasSuffix(".pack") else { return nil }
+        let stem = fileName.dropLast(5)
+        guard stem.count == 8, stem.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+        guard let id = UInt32(stem), id > 0 else { return nil }
+        return id
+    }
+}
+
+/// The kind of a pack record.
+public enum RecordType: UInt8, Sendable, CaseIterable {
+    /// Content: a hash and the bytes it addresses.
+    case blob = 1
+    /// A key linked to a blob, with the entry's metadata.
+    case link = 2
+    /// A key removed.
+    case tombstone = 3
+}

@@ -1,0 +1,82 @@
+public import TroveCore
+
+/// A record found by ``SegmentScanner``, verified.
+public struct ScannedRecord: Sendable {
+    /// What the record holds.
+    public enum Content: Sendable {
+        /// A blob: its hash and payload length (the payload is not kept).
+        case blob(hash: ContentHash, payloadLength: UInt64)
+        /// A link record.
+        case link(LinkRecord)
+        /// A tombstone.
+        case tombstone(TombstoneRecord)
+    }
+
+    /// The record's offset in its segment.
+    public var offset: UInt64
+    /// The record's total length, header included.
+    public var length: UInt64
+    /// The decoded content.
+    public var content: Content
+}
+
+/// What a scan found: where the valid records end and, if it stopped early, why.
+public struct ScanOutcome: Sendable {
+    /// The offset just past the last valid record.
+    public var validEnd: UInt64
+    /// The file's size when the scan started.
+    public var fileSize: UInt64
+    /// The first offset that does not hold a valid record, with the reason; nil when every
+    /// byte up to `fileSize` belongs to a valid record.
+    public var defect: (offset: UInt64, reason: String)?
+    /// The number of valid records visited.
+    public var recordCount: Int
+}
+
+/// Walks the records of a segment in order, verifying each.
+public enum SegmentScanner {
+    /// Visits every valid record of `file` from `offset` and stops at the first byte that does
+    /// not start a valid record (a torn tail, corruption, or the end of the file).
+    ///
+    /// - Parameter offset: where to start; at least ``PackFormat/segmentHeaderSize``.
+    /// - Returns: the end of the valid records and the first defect, if any.
+    public static func scan(
+        _ file: SegmentFile, from offset: UInt64 = UInt64(PackFormat.segmentHeaderSize),
+        visit: (ScannedRecord) throws -> Void
+    ) throws -> ScanOutcome {
+        let size = try file.size()
+        var position = max(offset, UInt64(PackFormat.segmentHeaderSize))
+        var count = 0
+        while position < size {
+            let header: RecordDecoder.Header
+            let body: [UInt8]
+            do {
+                (header, body) = try file.readRecord(at: position, limit: size)
+            } catch let error as PackError where error.code == .corruptRecord || error.code == .truncatedRecord {
+                return ScanOutcome(validEnd: position, fileSize: size, defect: (position, error.message), recordCount: count)
+            }
+            let content: ScannedRecord.Content?
+            switch header.type {
+            case .blob:
+                content = body.withUnsafeBytes { b in
+                    RecordDecoder.blobHash(b).map {
+                        .blob(hash: $0, payloadLength: UInt64(b.count - PackFormat.blobPrefixSize))
+                    }
+                }
+            case .link: content = body.withUnsafeBytes { RecordDecoder.link($0) }.map { .link($0) }
+            case .tombstone: content = body.withUnsafeBytes { RecordDecoder.tombstone($0) }.map { .tombstone($0) }
+            }
+            guard let content else {
+                return ScanOutcome(
+                    validEnd: position, fileSize: size,
+                    defect: (position, "\(header.type) record at \(file.path):\(position) has a malformed body"),
+                    recordCount: count)
+            }
+            let length = UInt64(PackFormat.recordHeaderSize) + header.bodyLength
+            try visit(ScannedRecord(offset: position, length: length, content: content))
+            count += 1
+            position += length
+        }
+        return ScanOutcome(validEnd: position, fileSize: size, defect: nil, recordCount: count)
+    }
+}

@@ -1,0 +1,34 @@
+import ArgumentParser
+import Foundation
+import Trove
+import TroveCore
+
+extension TroveCommand {
+    struct Get: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Write the bytes stored under a key to standard output or a file.",
+            discussion: "Exits with 1 and a one-line message when the key is not in the store.")
+
+        @OptionGroup var store: StoreOptions
+        @OptionGroup var key: KeyOptions
+
+        @Option(name: .shortAndLong, help: "Write to this file instead of standard output.")
+        var output: String?
+
+        func run() throws {
+            let cacheKey = key.cacheKey
+            guard let entry = try store.withStore({ try $0.entry(for: cacheKey) }) else {
+                fail("no entry for \(cacheKey)", code: ExitCodes.notFound)
+            }
+            if let output {
+                do {
+                    try entry.data.write(to: URL(fileURLWithPath: output))
+                } catch {
+                    fail("cannot write \(output): \((error as NSError).localizedDescription)")
+                }
+            } else {
+                FileHandle.standardOutput.write(entry.data)
+            }
+        }
+    }
+}
