@@ -36,7 +36,7 @@ let package = Package(
             dependencies: ["Trove", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
 
         // Tests.
-        .target(name: "TroveTestSupport", dependencies: ["TroveCore"], path: "Tests/TroveTestSupport"),
+        .target(name: "TroveTestSupport", path: "Tests/TroveTestSupport"),
         // A child process for the crash suite: writes to a store until it is SIGKILLed.
         .executableTarget(name: "CrashWriter", dependencies: ["Trove"], path: "Tests/CrashWriter"),
         .testTarget(name: "TroveCoreTests", dependencies: ["TroveCore", "TroveTestSupport"]),
@@ -45,7 +45,7 @@ let package = Package(
         .testTarget(
             name: "TroveTests",
             dependencies: ["Trove", "TrovePack", "TroveIndex", "TroveTestSupport", "CrashWriter"]),
-        .testTarget(name: "TroveCLITests", dependencies: ["TroveTestSupport", "trove"]),
+        .testTarget(name: "TroveCLITests", dependencies: ["Trove", "TroveTestSupport", "trove"]),
     ]
 )
 

@@ -32,7 +32,7 @@ public struct ByteCount: Hashable, Sendable, Comparable, CustomStringConvertible
             return
         }
         guard let number = Double(t[..<split]), number >= 0 else { return nil }
-        let unit = t[split...].uppercased()
+        let unit = String(t[split...]).trimmingWhitespace().uppercased()
         let scale: Double
         switch unit {
         case "B": scale = 1

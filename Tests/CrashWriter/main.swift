@@ -1,1 +1,1 @@
-print("x")
+print("stub")

@@ -1,0 +1,163 @@
+import Foundation
+import Testing
+import TroveCore
+import TroveTestSupport
+
+@testable import TroveIndex
+
+@Suite struct IndexDatabaseTests {
+    func entry(_ url: String, blob: Int64, sequence: UInt64 = 1, linkOffset: UInt64 = 100) -> EntryRow {
+        let key = CacheKey(url: url)
+        return EntryRow(
+            keyDigest: key.digest, url: url, variant: "", blobID: blob, linkSegment: 1, linkOffset: linkOffset,
+            linkLength: 90, sequence: sequence, etag: "e", lastModified: nil, expiresAt: nil, createdAt: 10,
+            accessedAt: 10, cost: 1000)
+    }
+
+    @Test func createsAndMigratesOnce() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir + "/index.sqlite"
+            do {
+                let index = try IndexDatabase(path: path, readOnly: false)
+                #expect(try index.schemaVersion() == IndexSchema.currentVersion)
+                try index.setMeta("x", 5)
+            }
+            let again = try IndexDatabase(path: path, readOnly: false)
+            #expect(try again.meta("x") == 5)
+            let reader = try IndexDatabase(path: path, readOnly: true)
+            #expect(try reader.schemaVersion() == IndexSchema.currentVersion)
+            #expect(try reader.integrityCheck() == ["ok"])
+        }
+    }
+
+    @Test func refusesANewerSchema() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir + "/index.sqlite"
+            do {
+                let index = try IndexDatabase(path: path, readOnly: false)
+                try index.connection.execute("PRAGMA user_version = 99")
+            }
+            let error = #expect(throws: IndexError.self) { try IndexDatabase(path: path, readOnly: false) }
+            #expect(error?.code == .schemaTooNew)
+        }
+    }
+
+    @Test func refusesAFileThatIsNotADatabase() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir + "/index.sqlite"
+            try Data(repeating: 0x41, count: 8192).write(to: URL(fileURLWithPath: path))
+            let error = #expect(throws: IndexError.self) { try IndexDatabase(path: path, readOnly: false) }
+            #expect(error?.code == .corrupt)
+            #expect(error?.resultCode == 26)  // SQLITE_NOTADB
+        }
+    }
+
+    @Test func sqliteErrorsCarryCodesAndSQL() async throws {
+        try await withTemporaryDirectory { dir in
+            let index = try IndexDatabase(path: dir + "/i.sqlite", readOnly: false)
+            try index.insertSegment(id: 1, indexedBytes: 32)
+            _ = try index.insertBlob(hash: ContentHash(high: 1, low: 1), length: 1, segment: 1, offset: 32, recordBytes: 41)
+            // The same location twice violates blobs_by_location.
+            let error = #expect(throws: IndexError.self) {
+                try index.insertBlob(hash: ContentHash(high: 2, low: 2), length: 1, segment: 1, offset: 32, recordBytes: 41)
+            }
+            #expect(error?.resultCode == 19)  // SQLITE_CONSTRAINT
+            #expect(error?.extendedResultCode == 2067)  // SQLITE_CONSTRAINT_UNIQUE
+            #expect(error?.sql?.contains("INSERT INTO blobs") == true)
+        }
+    }
+
+    @Test func referenceCountsAndLiveBytes() async throws {
+        try await withTemporaryDirectory { dir in
+            let index = try IndexDatabase(path: dir + "/i.sqlite", readOnly: false)
+            try index.begin()
+            try index.insertSegment(id: 1, indexedBytes: 32)
+            let blob = try index.insertBlob(hash: ContentHash(high: 1, low: 2), length: 1000, segment: 1, offset: 32, recordBytes: 1040)
+            #expect(try index.segments().first?.liveBytes == 0)
+            try index.link(entry("a", blob: blob))
+            try index.link(entry("b", blob: blob, linkOffset: 200))
+            #expect(try index.blobs(hash: ContentHash(high: 1, low: 2), length: 1000).first?.references == 2)
+            #expect(try index.segments().first?.liveBytes == 1040 + 90 + 90)
+            // Re-linking a key to the blob it already has must not free the blob.
+            try index.link(entry("a", blob: blob, sequence: 2, linkOffset: 300))
+            #expect(try index.blobs(hash: ContentHash(high: 1, low: 2), length: 1000).first?.references == 2)
+            #expect(try index.segments().first?.liveBytes == 1040 + 90 + 90)
+            try index.removeEntry(digest: CacheKey(url: "a").digest)
+            #expect(try index.blobs(hash: ContentHash(high: 1, low: 2), length: 1000).first?.references == 1)
+            let removed = try index.removeEntry(digest: CacheKey(url: "b").digest)
+            #expect(removed?.url == "b")
+            #expect(try index.blobs(hash: ContentHash(high: 1, low: 2), length: 1000).isEmpty)
+            #expect(try index.segments().first?.liveBytes == 0)
+            #expect(try index.removeEntry(digest: CacheKey(url: "b").digest) == nil)
+            try index.commit()
+            #expect(try index.totals().entries == 0)
+        }
+    }
+
+    @Test func entriesByURLAndVariants() async throws {
+        try await withTemporaryDirectory { dir in
+            let index = try IndexDatabase(path: dir + "/i.sqlite", readOnly: false)
+            try index.insertSegment(id: 1, indexedBytes: 32)
+            let blob = try index.insertBlob(hash: ContentHash(high: 1, low: 2), length: 10, segment: 1, offset: 32, recordBytes: 50)
+            for (i, variant) in ["", "w100", "w200"].enumerated() {
+                var row = entry("https://x/a", blob: blob, linkOffset: UInt64(100 * i + 100))
+                row.variant = variant
+                row.keyDigest = CacheKey(url: row.url, variant: variant).digest
+                try index.link(row)
+            }
+            try index.link(entry("https://x/b", blob: blob, linkOffset: 900))
+            #expect(try index.entries(url: "https://x/a").map(\.entry.variant) == ["", "w100", "w200"])
+            #expect(try index.entries(url: "https://x/b").count == 1)
+            #expect(try index.entries(url: "https://x/c").isEmpty)
+            let totals = try index.totals()
+            #expect(totals.entries == 4)
+            #expect(totals.blobs == 1)
+            #expect(totals.entryPayloadBytes == 4000)
+        }
+    }
+
+    @Test func dropRecordsBeyondALimit() async throws {
+        try await withTemporaryDirectory { dir in
+            let index = try IndexDatabase(path: dir + "/i.sqlite", readOnly: false)
+            try index.insertSegment(id: 1, indexedBytes: 32)
+            let early = try index.insertBlob(hash: ContentHash(high: 1, low: 1), length: 10, segment: 1, offset: 32, recordBytes: 50)
+            let late = try index.insertBlob(hash: ContentHash(high: 2, low: 2), length: 10, segment: 1, offset: 500, recordBytes: 50)
+            try index.link(entry("early", blob: early, linkOffset: 82))
+            try index.link(entry("late", blob: late, linkOffset: 550))
+            try index.link(entry("late-link", blob: early, linkOffset: 600))
+            // Bytes up to 540 survive: "late"'s blob ends at 550, the others' links past 540.
+            let dropped = try index.dropRecords(segment: 1, beyond: 540).map(\.url).sorted()
+            #expect(dropped == ["late", "late-link"])
+            #expect(try index.entry(digest: CacheKey(url: "early").digest) != nil)
+            #expect(try index.blob(segment: 1, offset: 500) == nil)
+            #expect(try index.dropRecords(segment: 1, beyond: 0).map(\.url) == ["early"])
+            #expect(try index.totals().blobs == 0)
+        }
+    }
+
+    @Test func touchKeepsTheLatestTime() async throws {
+        try await withTemporaryDirectory { dir in
+            let index = try IndexDatabase(path: dir + "/i.sqlite", readOnly: false)
+            try index.insertSegment(id: 1, indexedBytes: 32)
+            let blob = try index.insertBlob(hash: ContentHash(high: 1, low: 1), length: 10, segment: 1, offset: 32, recordBytes: 50)
+            try index.link(entry("a", blob: blob))
+            try index.touch([(CacheKey(url: "a").digest, 500)])
+            try index.touch([(CacheKey(url: "a").digest, 400)])
+            #expect(try index.entry(digest: CacheKey(url: "a").digest)?.entry.accessedAt == 500)
+        }
+    }
+
+    @Test func savepointRollsBackOneWrite() async throws {
+        try await withTemporaryDirectory { dir in
+            let index = try IndexDatabase(path: dir + "/i.sqlite", readOnly: false)
+            try index.begin()
+            try index.insertSegment(id: 1, indexedBytes: 32)
+            try index.savepoint()
+            try index.insertSegment(id: 2, indexedBytes: 32)
+            try index.rollbackToSavepoint()
+            #expect(index.isInTransaction)
+            try index.commit()
+            #expect(try index.segments().map(\.id) == [1])
+        }
+    }
+}

@@ -1,0 +1,309 @@
+import Foundation
+import Synchronization
+import Testing
+import TroveCore
+import TroveIndex
+import TrovePack
+import TroveTestSupport
+
+@_spi(Testing) @testable import Trove
+
+/// Opens a store in `dir` with small batches and segments unless told otherwise.
+func openStore(
+    _ dir: String, durability: Durability = .batched, segmentSize: Int64 = 64 << 20,
+    _ configure: (inout Store.Configuration) -> Void = { _ in }
+) throws -> Store {
+    var configuration = Store.Configuration(durability: durability)
+    configuration.segmentSize = segmentSize
+    configure(&configuration)
+    return try Store(directory: dir + "/store", configuration: configuration)
+}
+
+func key(_ i: Int, variant: String = "") -> CacheKey {
+    CacheKey(url: "https://img.example/\(i).jpg", variant: variant)
+}
+
+@Suite struct StoreTests {
+    @Test(arguments: [0, 1, 100, 4096, 3 << 20 + 17])
+    func roundTrip(size: Int) async throws {
+        try await withTemporaryDirectory { dir in
+            let bytes = Data(testBytes(seed: UInt64(size), count: size))
+            do {
+                let store = try openStore(dir)
+                try store.put(bytes, for: key(1))
+                #expect(try store.data(for: key(1)) == bytes)
+                try store.close()
+            }
+            let store = try openStore(dir)
+            #expect(try store.data(for: key(1)) == bytes)
+            #expect(store.recoveryReport.isClean)
+        }
+    }
+
+    @Test(arguments: Durability.allCases)
+    func everyDurabilityPersists(durability: Durability) async throws {
+        try await withTemporaryDirectory { dir in
+            do {
+                let store = try openStore(dir, durability: durability)
+                for i in 0..<50 { try store.put(Data(testBytes(seed: UInt64(i), count: 1000 + i)), for: key(i)) }
+                try store.close()
+            }
+            let store = try openStore(dir, durability: durability)
+            for i in 0..<50 { #expect(try store.data(for: key(i)) == Data(testBytes(seed: UInt64(i), count: 1000 + i))) }
+        }
+    }
+
+    @Test func metadataRoundTrip() async throws {
+        try await withTemporaryDirectory { dir in
+            let clock = TestClock(start: 1_700_000_000_000)
+            let expires = Date(timeIntervalSince1970: 1_800_000_000)
+            let metadata = EntryMetadata(etag: "W/\"abc\"", lastModified: "Wed, 21 Oct 2015 07:28:00 GMT", expiresAt: expires)
+            do {
+                let store = try openStore(dir) { $0.clock = clock.now }
+                try store.put(Data([1, 2, 3]), for: key(1, variant: "w64"), metadata: metadata)
+                let entry = try #require(try store.entry(for: key(1, variant: "w64")))
+                #expect(entry.info.metadata == metadata)
+                #expect(entry.cost == 3)
+                #expect(entry.createdAt == Date(timeIntervalSince1970: 1_700_000_000))
+                try store.close()
+            }
+            let store = try openStore(dir) { $0.clock = clock.now }
+            let info = try #require(try store.info(for: key(1, variant: "w64")))
+            #expect(info.metadata == metadata)
+            #expect(info.contentHash == ContentHash(hashing: [1, 2, 3]))
+            #expect(try store.info(for: key(1)) == nil)
+        }
+    }
+
+    @Test func replaceAndRemove() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir)
+            try store.put(Data("one".utf8), for: key(1))
+            try store.put(Data("two".utf8), for: key(1))
+            #expect(try store.data(for: key(1)) == Data("two".utf8))
+            #expect(try store.contains(key(1)))
+            #expect(try store.remove(key(1)))
+            #expect(try !store.remove(key(1)))
+            #expect(try store.data(for: key(1)) == nil)
+            #expect(try !store.contains(key(1)))
+            let stats = try store.statistics()
+            #expect(stats.entries == 0)
+            #expect(stats.blobs == 0)
+            #expect(stats.liveBytes == 0)
+            try store.close()
+            let reopened = try openStore(dir)
+            #expect(try reopened.data(for: key(1)) == nil)
+        }
+    }
+
+    @Test func removeAllVariantsOfAURL() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir)
+            for variant in ["", "w64", "w128", "w256"] {
+                try store.put(Data(variant.utf8), for: key(1, variant: variant))
+            }
+            try store.put(Data("other".utf8), for: key(2))
+            #expect(try store.entries(url: key(1).url).map(\.key.variant) == ["", "w128", "w256", "w64"])
+            #expect(try store.removeAll(url: key(1).url) == 4)
+            #expect(try store.removeAll(url: key(1).url) == 0)
+            #expect(try store.data(for: key(1, variant: "w64")) == nil)
+            #expect(try store.data(for: key(2)) == Data("other".utf8))
+        }
+    }
+
+    @Test func enumerationSeesEveryEntryInKeyOrder() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir)
+            for i in (0..<30).reversed() { try store.put(Data([UInt8(i)]), for: key(i)) }
+            try store.remove(key(7))
+            var seen: [CacheKey] = []
+            try store.forEachEntry { seen.append($0.key) }
+            #expect(seen.count == 29)
+            #expect(seen == seen.sorted())
+            #expect(!seen.contains(key(7)))
+            struct Stop: Error {}
+            var visited = 0
+            #expect(throws: Stop.self) {
+                try store.forEachEntry { _ in
+                    visited += 1
+                    if visited == 3 { throw Stop() }
+                }
+            }
+            #expect(visited == 3)
+        }
+    }
+
+    @Test func readYourWritesBeforeTheGroupCommit() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir) {
+                $0.batchInterval = .seconds(3600)
+                $0.batchSize = 1_000_000
+            }
+            try store.put(Data("v1".utf8), for: key(1))
+            // Nothing is committed yet: a reader connection would not see the row.
+            #expect(try store.readIndex { try $0.entry(digest: key(1).digest) } == nil)
+            #expect(try store.data(for: key(1)) == Data("v1".utf8))
+            try store.remove(key(1))
+            #expect(try store.data(for: key(1)) == nil)
+            try store.put(Data("v2".utf8), for: key(1))
+            #expect(try store.data(for: key(1)) == Data("v2".utf8))
+            try store.flush()
+            #expect(try store.readIndex { try $0.entry(digest: key(1).digest) }?.entry.url == key(1).url)
+        }
+    }
+
+    @Test func deduplicatesEqualBytes() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir)
+            let bytes = Data(testBytes(seed: 9, count: 20_000))
+            for i in 0..<10 { try store.put(bytes, for: key(i)) }
+            let stats = try store.statistics()
+            #expect(stats.entries == 10)
+            #expect(stats.blobs == 1)
+            #expect(stats.payloadBytes == 200_000)
+            #expect(stats.storedPayloadBytes == 20_000)
+            #expect(stats.dedupSavedBytes == 180_000)
+            #expect(stats.packBytes < 30_000)
+            // The blob lives until its last key goes.
+            for i in 0..<9 { try store.remove(key(i)) }
+            #expect(try store.data(for: key(9)) == bytes)
+            #expect(try store.statistics().blobs == 1)
+            try store.remove(key(9))
+            #expect(try store.statistics().blobs == 0)
+        }
+    }
+
+    @Test func aForcedHashCollisionNeverSharesUnequalBytes() async throws {
+        try await withTemporaryDirectory { dir in
+            // Every content hashes alike: only the byte comparison tells them apart.
+            let store = try openStore(dir) { $0.contentHasher = { _ in ContentHash(high: 0xdead, low: 0xbeef) } }
+            let a = Data(testBytes(seed: 1, count: 5000))
+            let b = Data(testBytes(seed: 2, count: 5000))
+            try store.put(a, for: key(1))
+            try store.put(b, for: key(2))
+            try store.put(a, for: key(3))
+            #expect(try store.data(for: key(1)) == a)
+            #expect(try store.data(for: key(2)) == b)
+            #expect(try store.data(for: key(3)) == a)
+            #expect(try store.statistics().blobs == 2)
+            try store.close()
+            let reopened = try openStore(dir) { $0.contentHasher = { _ in ContentHash(high: 0xdead, low: 0xbeef) } }
+            #expect(try reopened.data(for: key(2)) == b)
+            #expect(try reopened.data(for: key(3)) == a)
+        }
+    }
+
+    @Test func segmentsRotate() async throws {
+        try await withTemporaryDirectory { dir in
+            do {
+                let store = try openStore(dir, segmentSize: 64 << 10)
+                for i in 0..<40 { try store.put(Data(testBytes(seed: UInt64(i), count: 10_000)), for: key(i)) }
+                // A blob larger than a segment gets a segment of its own.
+                try store.put(Data(testBytes(seed: 99, count: 200_000)), for: key(99))
+                let stats = try store.statistics()
+                #expect(stats.segments >= 7)
+                try store.close()
+            }
+            let store = try openStore(dir, segmentSize: 64 << 10)
+            for i in 0..<40 { #expect(try store.data(for: key(i)) == Data(testBytes(seed: UInt64(i), count: 10_000))) }
+            #expect(try store.data(for: key(99)) == Data(testBytes(seed: 99, count: 200_000)))
+            let rows = try store.readIndex { try $0.segments() }
+            #expect(rows.filter { !$0.isSealed }.count == 1)
+            #expect(rows.last?.isSealed == false)
+        }
+    }
+
+    @Test func secondOpenIsRefusedNamingThePid() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir)
+            let error = #expect(throws: StoreError.self) { try openStore(dir) }
+            #expect(error?.code == .locked)
+            #expect(error?.message.contains("\(getpid())") == true)
+            try store.close()
+            // Closing releases the lock.
+            let again = try openStore(dir)
+            try again.close()
+        }
+    }
+
+    @Test func closedStoreRefusesWork() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir)
+            try store.put(Data([1]), for: key(1))
+            try store.close()
+            try store.close()
+            for attempt in [
+                { _ = try store.data(for: key(1)) }, { try store.put(Data([2]), for: key(2)) },
+                { _ = try store.remove(key(1)) }, { _ = try store.statistics() },
+            ] as [() throws -> Void] {
+                let error = #expect(throws: StoreError.self) { try attempt() }
+                #expect(error?.code == .closed)
+            }
+        }
+    }
+
+    @Test func directoryThatIsAFileIsRefused() async throws {
+        try await withTemporaryDirectory { dir in
+            try Data([1]).write(to: URL(fileURLWithPath: dir + "/store"))
+            let error = #expect(throws: StoreError.self) { try openStore(dir) }
+            #expect(error?.code == .invalidDirectory)
+        }
+    }
+
+    @Test func keysAreNeverPaths() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir)
+            let hostile = ["../../etc/passwd", "/tmp/x", "a\u{0}b", String(repeating: "é", count: 10_000), ""]
+            for (i, url) in hostile.enumerated() {
+                try store.put(Data([UInt8(i)]), for: CacheKey(url: url, variant: "../\(i)"))
+            }
+            for (i, url) in hostile.enumerated() {
+                #expect(try store.data(for: CacheKey(url: url, variant: "../\(i)")) == Data([UInt8(i)]))
+            }
+            try store.close()
+            let names = try FileManager.default.subpathsOfDirectory(atPath: dir).sorted()
+            #expect(names.allSatisfy { $0.hasPrefix("store") })
+            #expect(Set(names).isSubset(of: [
+                "store", "store/LOCK", "store/index.sqlite", "store/index.sqlite-wal", "store/index.sqlite-shm",
+                "store/packs", "store/packs/00000001.pack",
+            ]))
+        }
+    }
+
+    @Test func readTimesAreFlushedWithoutBlockingReads() async throws {
+        try await withTemporaryDirectory { dir in
+            let clock = TestClock(start: 1_000_000)
+            do {
+                let store = try openStore(dir) { $0.clock = clock.now }
+                try store.put(Data([1]), for: key(1))
+                try store.flush()
+                clock.advance(by: 60_000)
+                _ = try store.data(for: key(1))
+                // Not yet in the index, but reported.
+                #expect(try store.readIndex { try $0.entry(digest: key(1).digest) }?.entry.accessedAt == 1_000_000)
+                #expect(try store.info(for: key(1))?.accessedAt == Date(timeIntervalSince1970: 1_060))
+                try store.close()
+            }
+            let store = try openStore(dir)
+            #expect(try store.info(for: key(1))?.accessedAt == Date(timeIntervalSince1970: 1_060))
+        }
+    }
+
+    @Test func locationCacheLimitIsHonoured() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir) { $0.locationCacheLimit = 10 }
+            for i in 0..<100 { try store.put(Data([UInt8(i)]), for: key(i)) }
+            try store.flush()
+            #expect(store.shared.withLock { $0.slots.count } <= 10)
+            for i in 0..<100 { #expect(try store.data(for: key(i)) == Data([UInt8(i)])) }
+        }
+    }
+}
+
+/// A clock that tests move by hand.
+final class TestClock: Sendable {
+    private let value: Mutex<Int64>
+    init(start: Int64) { value = Mutex(start) }
+    var now: @Sendable () -> Int64 { { self.value.withLock { $0 } } }
+    func advance(by milliseconds: Int64) { value.withLock { $0 += milliseconds } }
+}
