@@ -1,0 +1,211 @@
+import Foundation
+import Testing
+import TroveCore
+import TroveIndex
+import TrovePack
+import TroveTestSupport
+
+@testable import Trove
+
+func value(_ i: Int, size: Int = 3000) -> Data { Data(testBytes(seed: UInt64(i), count: size + i)) }
+
+@Suite struct RecoveryTests {
+    @Test func aTornTailIsCutAndEntriesSurvive() async throws {
+        try await withTemporaryDirectory { dir in
+            let files = StoreFiles(root: dir)
+            do {
+                let store = try openStore(dir)
+                for i in 0..<10 { try store.put(value(i), for: key(i)) }
+                try store.close()
+            }
+            let active = files.segment(try files.segmentIDs().last!)
+            let goodSize = try files.size(active)
+            // Half a record: a valid-looking header announcing more bytes than follow.
+            let partial = RecordEncoder.record(type: .tombstone, body: Array(repeating: 7, count: 100))
+            try files.append(active, Array(partial.prefix(60)))
+            do {
+                let store = try openStore(dir)
+                #expect(store.recoveryReport.truncatedTails.count == 1)
+                #expect(store.recoveryReport.truncatedTails.first?.bytesRemoved == 60)
+                #expect(store.recoveryReport.truncatedTails.first?.validEnd == UInt64(goodSize))
+                #expect(try files.size(active) == goodSize)
+                for i in 0..<10 { #expect(try store.data(for: key(i)) == value(i)) }
+                try store.put(value(10), for: key(10))
+                try store.close()
+            }
+            let store = try openStore(dir)
+            #expect(store.recoveryReport.isClean)
+            for i in 0..<11 { #expect(try store.data(for: key(i)) == value(i)) }
+        }
+    }
+
+    @Test func writesWhoseIndexCommitWasLostAreReplayed() async throws {
+        try await withTemporaryDirectory { dir in
+            let files = StoreFiles(root: dir)
+            do {
+                let store = try openStore(dir)
+                try store.put(value(1), for: key(1))
+                try store.put(value(2), for: key(2))
+                try store.close()
+            }
+            // Keep the index as it was, then write more, then put the old index back: the
+            // packs now hold records the index never committed.
+            let saved = dir + "/saved-index"
+            try FileManager.default.copyItem(atPath: files.store + "/index.sqlite", toPath: saved)
+            do {
+                let store = try openStore(dir)
+                try store.put(value(3), for: key(3))
+                try store.put(value(1, size: 10), for: key(1))  // replaced
+                try store.put(value(2), for: key(4))  // deduplicated
+                try store.remove(key(2))
+                try store.close()
+            }
+            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: files.store + "/index.sqlite" + suffix) }
+            try FileManager.default.copyItem(atPath: saved, toPath: files.store + "/index.sqlite")
+            let store = try openStore(dir)
+            #expect(store.recoveryReport.replayedRecords >= 4)
+            #expect(store.recoveryReport.isClean)
+            #expect(try store.data(for: key(1)) == value(1, size: 10))
+            #expect(try store.data(for: key(2)) == nil)
+            #expect(try store.data(for: key(3)) == value(3))
+            #expect(try store.data(for: key(4)) == value(2))
+            let stats = try store.statistics()
+            #expect(stats.entries == 3)
+            #expect(stats.blobs == 3)
+            // Replaying again changes nothing (replay is idempotent).
+            try store.close()
+            let again = try openStore(dir)
+            #expect(again.recoveryReport.replayedRecords == 0)
+            var after = try again.statistics()
+            after.indexBytes = stats.indexBytes  // the index file's size moves with checkpoints
+            #expect(after == stats)
+        }
+    }
+
+    @Test func aLostIndexIsRebuiltFromThePacks() async throws {
+        try await withTemporaryDirectory { dir in
+            let files = StoreFiles(root: dir)
+            do {
+                let store = try openStore(dir, segmentSize: 32 << 10)
+                for i in 0..<30 { try store.put(value(i), for: key(i), metadata: EntryMetadata(etag: "e\(i)")) }
+                try store.remove(key(5))
+                try store.close()
+            }
+            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: files.store + "/index.sqlite" + suffix) }
+            let store = try openStore(dir, segmentSize: 32 << 10)
+            for i in 0..<30 where i != 5 {
+                let entry = try store.entry(for: key(i))
+                #expect(entry?.data == value(i))
+                #expect(entry?.etag == "e\(i)")
+            }
+            #expect(try store.data(for: key(5)) == nil)
+            #expect(try store.readIndex { try $0.segments() }.filter { !$0.isSealed }.count == 1)
+        }
+    }
+
+    @Test func aMissingSealedSegmentDropsOnlyItsEntries() async throws {
+        try await withTemporaryDirectory { dir in
+            let files = StoreFiles(root: dir)
+            do {
+                let store = try openStore(dir, segmentSize: 16 << 10)
+                for i in 0..<30 { try store.put(value(i), for: key(i)) }
+                try store.close()
+            }
+            #expect(try files.segmentIDs().count >= 4)
+            try FileManager.default.removeItem(atPath: files.segment(2))
+            let store = try openStore(dir, segmentSize: 16 << 10)
+            let report = store.recoveryReport
+            #expect(report.missingSegments == [2])
+            #expect(!report.droppedEntries.isEmpty)
+            for i in 0..<30 {
+                let data = try store.data(for: key(i))
+                if report.droppedEntries.contains(key(i)) {
+                    #expect(data == nil)
+                } else {
+                    #expect(data == value(i))
+                }
+            }
+            #expect(try store.statistics().entries == 30 - report.droppedEntries.count)
+        }
+    }
+
+    @Test func aTruncatedSealedSegmentDropsWhatWasCut() async throws {
+        try await withTemporaryDirectory { dir in
+            let files = StoreFiles(root: dir)
+            do {
+                let store = try openStore(dir, segmentSize: 32 << 10)
+                for i in 0..<30 { try store.put(value(i), for: key(i)) }
+                try store.close()
+            }
+            try files.truncate(files.segment(1), to: try files.size(files.segment(1)) / 2)
+            let store = try openStore(dir, segmentSize: 32 << 10)
+            let dropped = store.recoveryReport.droppedEntries
+            #expect(!dropped.isEmpty)
+            #expect(!dropped.contains(key(0)))
+            for i in 0..<30 {
+                let data = try store.data(for: key(i))
+                #expect(data == (dropped.contains(key(i)) ? nil : value(i)))
+            }
+        }
+    }
+
+    @Test func aSegmentWithADamagedHeaderIsSetAsideNotDeleted() async throws {
+        try await withTemporaryDirectory { dir in
+            let files = StoreFiles(root: dir)
+            do {
+                let store = try openStore(dir, segmentSize: 16 << 10)
+                for i in 0..<20 { try store.put(value(i), for: key(i)) }
+                try store.close()
+            }
+            try files.flip(files.segment(1), at: 3)
+            let store = try openStore(dir, segmentSize: 16 << 10)
+            #expect(store.recoveryReport.missingSegments == [1])
+            #expect(FileManager.default.fileExists(atPath: files.segment(1) + ".damaged"))
+            #expect(try store.data(for: key(0)) == nil)
+            #expect(try store.data(for: key(19)) == value(19))
+        }
+    }
+
+    @Test func openNeverScansSealedSegments() async throws {
+        try await withTemporaryDirectory { dir in
+            let files = StoreFiles(root: dir)
+            do {
+                let store = try openStore(dir, segmentSize: 16 << 10)
+                for i in 0..<20 { try store.put(value(i), for: key(i)) }
+                try store.close()
+            }
+            // Damage the payload of the first blob of sealed segment 1: open cannot notice it
+            // without reading the segment, and must not.
+            try files.flip(files.segment(1), at: PackFormat.segmentHeaderSize + 100)
+            let store = try openStore(dir, segmentSize: 16 << 10)
+            #expect(store.recoveryReport.isClean)
+            #expect(store.recoveryReport.replayedRecords == 0)
+            // The damage is found by the read, reported, and the entry is no longer served.
+            let error = #expect(throws: StoreError.self) { try store.data(for: key(0)) }
+            #expect(error?.code == .corruptRecord)
+            #expect(error?.key == key(0))
+            #expect(try store.data(for: key(0)) == nil)
+            #expect(try store.data(for: key(1)) == value(1))
+            try store.close()
+            let reopened = try openStore(dir, segmentSize: 16 << 10)
+            #expect(try reopened.data(for: key(0)) == nil)
+        }
+    }
+
+    @Test func anInterruptedSegmentCreationIsCleanedUp() async throws {
+        try await withTemporaryDirectory { dir in
+            let files = StoreFiles(root: dir)
+            do {
+                let store = try openStore(dir)
+                try store.put(value(1), for: key(1))
+                try store.close()
+            }
+            // A crash between creating the next segment and writing its header.
+            FileManager.default.createFile(atPath: files.segment(2), contents: Data([0x54, 0x52]))
+            let store = try openStore(dir)
+            #expect(try store.data(for: key(1)) == value(1))
+            try store.put(value(2), for: key(2))
+            #expect(try store.data(for: key(2)) == value(2))
+        }
+    }
+}
