@@ -38,7 +38,7 @@ let package = Package(
         // Tests.
         .target(name: "TroveTestSupport", path: "Tests/TroveTestSupport"),
         // A child process for the crash suite: writes to a store until it is SIGKILLed.
-        .executableTarget(name: "CrashWriter", dependencies: ["Trove"], path: "Tests/CrashWriter"),
+        .executableTarget(name: "CrashWriter", dependencies: ["Trove", "TroveTestSupport"], path: "Tests/CrashWriter"),
         .testTarget(name: "TroveCoreTests", dependencies: ["TroveCore", "TroveTestSupport"]),
         .testTarget(name: "TrovePackTests", dependencies: ["TrovePack", "TroveTestSupport"]),
         .testTarget(name: "TroveIndexTests", dependencies: ["TroveIndex", "TroveTestSupport"]),

@@ -1,1 +1,93 @@
-print("stub")
+// The child process of the crash suite (Tests/TroveTests/CrashTests.swift).
+//
+// Usage: CrashWriter STORE SEED DURABILITY SEGMENT_SIZE
+//
+// Opens the store and writes to it until it is killed. Before each operation it prints the
+// operation on stdout, and "OK" once the store acknowledged it, each with one write(2) so that
+// nothing sits in a buffer when SIGKILL arrives:
+//   P <key> <contentSeed> <size>   put of testBytes(seed: contentSeed, count: size), etag "cs:size"
+//   R <key>                        remove
+//   G <key>                        get (the child checks its own reads; exit 3 on wrong bytes)
+// It prints "READY <pid>" once the store is open.
+
+import Foundation
+import Trove
+import TroveCore
+import TroveTestSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+func emit(_ line: String) {
+    let bytes = Array((line + "\n").utf8)
+    var done = 0
+    while done < bytes.count {
+        let n = bytes[done...].withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
+        if n <= 0 { exit(4) }
+        done += n
+    }
+}
+
+let arguments = CommandLine.arguments
+guard arguments.count == 5, let seed = UInt64(arguments[2]), let durability = Durability(rawValue: arguments[3]),
+    let segmentSize = Int64(arguments[4])
+else {
+    FileHandle.standardError.write(Data("usage: CrashWriter STORE SEED DURABILITY SEGMENT_SIZE\n".utf8))
+    exit(2)
+}
+
+var configuration = Store.Configuration(durability: durability)
+configuration.segmentSize = segmentSize
+let store: Store
+do {
+    store = try Store(directory: arguments[1], configuration: configuration)
+} catch {
+    FileHandle.standardError.write(Data("CrashWriter: \(error)\n".utf8))
+    exit(1)
+}
+emit("READY \(getpid())")
+
+var generator = SeededGenerator(seed: seed)
+var counter: UInt64 = 0
+while true {
+    counter += 1
+    let k = Int.random(in: 0..<60, using: &generator)
+    let key = CacheKey(url: "https://crash.example/\(k)")
+    let roll = Int.random(in: 0..<100, using: &generator)
+    do {
+        if roll < 75 {
+            // One put in five reuses a shared content, so deduplication happens under crashes too.
+            let contentSeed =
+                Int.random(in: 0..<5, using: &generator) == 0
+                ? UInt64(Int.random(in: 1...5, using: &generator)) : seed &* 1_000_003 &+ counter
+            // Shared contents have one size; others are mostly thumbnails, some large, a few empty.
+            let sizeRoll = Int.random(in: 0..<100, using: &generator)
+            let size =
+                contentSeed <= 5 ? 7_777
+                : sizeRoll < 2 ? 0
+                : sizeRoll < 90 ? Int.random(in: 1...30_000, using: &generator)
+                : Int.random(in: 100_000...400_000, using: &generator)
+            emit("P \(k) \(contentSeed) \(size)")
+            try store.put(
+                Data(testBytes(seed: contentSeed, count: size)), for: key,
+                metadata: EntryMetadata(etag: "\(contentSeed):\(size)"))
+        } else if roll < 90 {
+            emit("R \(k)")
+            try store.remove(key)
+        } else {
+            emit("G \(k)")
+            if let entry = try store.entry(for: key) {
+                let parts = (entry.etag ?? "").split(separator: ":").compactMap { UInt64($0) }
+                guard parts.count == 2, entry.data == Data(testBytes(seed: parts[0], count: Int(parts[1]))) else {
+                    FileHandle.standardError.write(Data("CrashWriter: wrong bytes for \(key)\n".utf8))
+                    exit(3)
+                }
+            }
+        }
+        emit("OK")
+    } catch {
+        FileHandle.standardError.write(Data("CrashWriter: \(error)\n".utf8))
+        exit(1)
+    }
+}

@@ -1,0 +1,154 @@
+import Foundation
+import Synchronization
+import Testing
+import TroveCore
+import TroveTestSupport
+
+@testable import Trove
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A child process (Tests/CrashWriter) writes to a store continuously and is killed with
+/// SIGKILL at a random moment, again and again on the same store. After each kill the store
+/// must open without help, serve exactly what was acknowledged (or, for the one operation in
+/// flight, its outcome either way), serve no wrong bytes, and keep working.
+@Suite(.serialized) struct CrashTests {
+    /// What a key holds: the etag "contentSeed:size" of its value, or nil when absent.
+    typealias Model = [Int: String]
+
+    final class Output: Sendable {
+        let data = Mutex(Data())
+    }
+
+    struct Child {
+        let process: Process
+        let output: Output
+        let done: DispatchSemaphore
+
+        /// The lines printed so far.
+        var lines: [Substring] {
+            String(decoding: output.data.withLock { $0 }, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false)
+        }
+    }
+
+    static func launch(store: String, seed: UInt64, durability: Durability, segmentSize: Int) throws -> Child {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: productsDirectory + "/CrashWriter")
+        process.arguments = [store, String(seed), durability.rawValue, String(segmentSize)]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = FileHandle.standardError
+        try process.run()
+        let output = Output()
+        let done = DispatchSemaphore(value: 0)
+        let reader = pipe.fileHandleForReading
+        Thread.detachNewThread {
+            while true {
+                let chunk = reader.availableData
+                if chunk.isEmpty { break }
+                output.data.withLock { $0.append(chunk) }
+            }
+            done.signal()
+        }
+        return Child(process: process, output: output, done: done)
+    }
+
+    static func waitForReady(_ child: Child, timeout: Double = 30) -> Int32? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if let line = child.lines.first(where: { $0.hasPrefix("READY ") }) { return Int32(line.dropFirst(6)) }
+            if !child.process.isRunning { return nil }
+            usleep(2000)
+        }
+        return nil
+    }
+
+    static func kill(_ child: Child) {
+        Glibc.kill(child.process.processIdentifier, SIGKILL)
+        child.process.waitUntilExit()
+        child.done.wait()
+    }
+
+    @Test func sigkillAtRandomMomentsLosesNoAcknowledgedWrite() async throws {
+        try await withTemporaryDirectory { dir in
+            let storePath = dir + "/store"
+            var model = Model()
+            var generator = SeededGenerator(seed: 77)
+            var totalOps = 0
+            var tornTails = 0
+            let rounds = 24
+            for round in 0..<rounds {
+                let durability = Durability.allCases[round % 3]
+                let child = try Self.launch(store: storePath, seed: UInt64(round + 1), durability: durability, segmentSize: 256 << 10)
+                // Kill sometimes during open and recovery, mostly while writing.
+                if round % 6 != 5 { _ = Self.waitForReady(child) }
+                usleep(UInt32.random(in: 5_000...150_000, using: &generator))
+                Self.kill(child)
+                #expect(child.process.terminationReason == .uncaughtSignal, "round \(round): the child died on its own")
+
+                // Apply the acknowledged operations to the model; keep the one in flight aside.
+                var inFlight: (key: Int, etag: String?)?
+                for line in child.lines {
+                    let fields = line.split(separator: " ")
+                    switch fields.first {
+                    case "P": inFlight = (Int(fields[1])!, "\(fields[2]):\(fields[3])")
+                    case "R": inFlight = (Int(fields[1])!, nil)
+                    case "G": inFlight = nil
+                    case "OK":
+                        if let op = inFlight { model[op.key] = op.etag }
+                        inFlight = nil
+                        totalOps += 1
+                    default: break
+                    }
+                }
+
+                let store = try openStore(dir, durability: durability, segmentSize: 256 << 10)
+                tornTails += store.recoveryReport.truncatedTails.count
+                #expect(store.recoveryReport.missingSegments.isEmpty, "round \(round)")
+                #expect(store.recoveryReport.droppedEntries.isEmpty, "round \(round)")
+                for k in 0..<60 {
+                    let entry = try store.entry(for: CacheKey(url: "https://crash.example/\(k)"))
+                    let actual = entry?.etag
+                    if let entry {
+                        let parts = actual!.split(separator: ":").map { UInt64($0)! }
+                        #expect(entry.data == Data(testBytes(seed: parts[0], count: Int(parts[1]))), "round \(round) key \(k): wrong bytes")
+                    }
+                    if let op = inFlight, op.key == k {
+                        #expect(actual == model[k] || actual == op.etag, "round \(round) key \(k): in-flight op gave \(String(describing: actual))")
+                        model[k] = actual
+                    } else {
+                        #expect(actual == model[k], "round \(round) key \(k): expected \(String(describing: model[k])), got \(String(describing: actual))")
+                    }
+                }
+                // The store keeps working after the crash.
+                let probe = CacheKey(url: "https://crash.example/probe")
+                try store.put(Data("probe \(round)".utf8), for: probe)
+                #expect(try store.data(for: probe) == Data("probe \(round)".utf8))
+                try store.remove(probe)
+                try store.close()
+            }
+            // Enough work was done and killed to mean something.
+            #expect(totalOps > 200)
+            let store = try openStore(dir)
+            #expect(store.recoveryReport.isClean)
+            #expect(try store.statistics().entries == model.values.count)
+            print("crash suite: \(rounds) rounds, \(totalOps) acknowledged operations, \(tornTails) torn tails cut")
+        }
+    }
+
+    @Test func aSecondProcessIsRefusedNamingTheOwner() async throws {
+        try await withTemporaryDirectory { dir in
+            let child = try Self.launch(store: dir + "/store", seed: 1, durability: .batched, segmentSize: 1 << 20)
+            let pid = try #require(Self.waitForReady(child))
+            let error = #expect(throws: StoreError.self) { try openStore(dir) }
+            #expect(error?.code == .locked)
+            #expect(error?.message.contains("process \(pid)") == true)
+            Self.kill(child)
+            // The kernel released the dead owner's lock.
+            let store = try openStore(dir)
+            try store.close()
+        }
+    }
+}
