@@ -1,5 +1,4 @@
 public import Foundation
-import Synchronization
 public import TroveCore
 import TroveIndex
 import TrovePack

@@ -1,5 +1,4 @@
 public import Foundation
-import Synchronization
 public import TroveCore
 import TroveIndex
 import TrovePack
@@ -39,12 +38,12 @@ public final class Store: Sendable {
     /// The writer: the index's write connection and the active segment. Holding this lock
     /// *is* the write queue, so it is held across the pack append and the index statements of
     /// one write (never across an await). Lock order: `writer` before `shared`.
-    let writer: Mutex<Writer?>
+    let writer: Locked<Writer?>
     /// State shared by every operation; held for dictionary operations only, never across I/O.
-    let shared = Mutex(SharedState())
+    let shared = Locked(SharedState())
     let readers: ReaderPool
-    private let processLock: Mutex<ProcessLock?>
-    private let flusher = Mutex<Task<Void, Never>?>(nil)
+    private let processLock: Locked<ProcessLock?>
+    private let flusher = Locked<Task<Void, Never>?>(nil)
 
     /// The default store directory: `$XDG_CACHE_HOME/trove`, else `~/.cache/trove`.
     public static var defaultDirectory: String {
@@ -79,9 +78,9 @@ public final class Store: Sendable {
             directory: directory, packsDirectory: packsDirectory, configuration: configuration)
         self.recoveryReport = report
         self.shared.withLock { $0.segmentFiles[writer.pack.segment.id] = writer.pack.segment }
-        self.writer = Mutex(writer)
+        self.writer = Locked(writer)
         self.readers = ReaderPool(path: directory + "/index.sqlite", capacity: configuration.readerConnections)
-        self.processLock = Mutex(lock)
+        self.processLock = Locked(lock)
         startFlusher()
     }
 

@@ -74,7 +74,7 @@ import TroveTestSupport
             try store.put(Data([1]), for: key(1))
             try store.flush()
             // Hold the writer as a long write would and read meanwhile: a get that needed the
-            // writer lock would deadlock here (Mutex is not recursive).
+            // writer lock would deadlock here (the lock is not recursive).
             let read = try store.withWriter { _ throws(StoreError) in
                 do { return try store.data(for: key(1)) } catch { throw error as! StoreError }
             }

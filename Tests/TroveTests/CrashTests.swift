@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 import TroveCore
 import TroveTestSupport
@@ -19,7 +18,7 @@ import TroveTestSupport
     typealias Model = [Int: String]
 
     final class Output: Sendable {
-        let data = Mutex(Data())
+        let data = Locked(Data())
     }
 
     struct Child {
@@ -65,6 +64,14 @@ import TroveTestSupport
         return nil
     }
 
+    /// Waits until the child acknowledged `count` operations (or died, or `timeout` passed).
+    static func waitForAcknowledgements(_ child: Child, count: Int, timeout: Double = 60) {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline && child.process.isRunning && child.lines.filter({ $0 == "OK" }).count < count {
+            usleep(1000)
+        }
+    }
+
     static func kill(_ child: Child) {
         Glibc.kill(child.process.processIdentifier, SIGKILL)
         child.process.waitUntilExit()
@@ -82,9 +89,11 @@ import TroveTestSupport
             for round in 0..<rounds {
                 let durability = Durability.allCases[round % 3]
                 let child = try Self.launch(store: storePath, seed: UInt64(round + 1), durability: durability, segmentSize: 256 << 10)
-                // Kill sometimes during open and recovery, mostly while writing.
-                if round % 6 != 5 { _ = Self.waitForReady(child) }
-                usleep(UInt32.random(in: 5_000...150_000, using: &generator))
+                // Kill sometimes during open and recovery, mostly while writing: then after some
+                // work, at a random moment.
+                let writing = round % 6 != 5
+                if writing { Self.waitForAcknowledgements(child, count: 10) }
+                usleep(UInt32.random(in: writing ? 0...100_000 : 0...30_000, using: &generator))
                 Self.kill(child)
                 #expect(child.process.terminationReason == .uncaughtSignal, "round \(round): the child died on its own")
 
@@ -129,8 +138,8 @@ import TroveTestSupport
                 try store.remove(probe)
                 try store.close()
             }
-            // Enough work was done and killed to mean something.
-            #expect(totalOps > 200)
+            // Every writing round did work before it was killed.
+            #expect(totalOps >= 10 * (rounds - rounds / 6))
             let store = try openStore(dir)
             #expect(store.recoveryReport.isClean)
             #expect(try store.statistics().entries == model.values.count)

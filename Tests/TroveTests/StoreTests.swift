@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 import TroveCore
 import TroveIndex
@@ -302,8 +301,8 @@ func key(_ i: Int, variant: String = "") -> CacheKey {
 
 /// A clock that tests move by hand.
 final class TestClock: Sendable {
-    private let value: Mutex<Int64>
-    init(start: Int64) { value = Mutex(start) }
+    private let value: Locked<Int64>
+    init(start: Int64) { value = Locked(start) }
     var now: @Sendable () -> Int64 { { self.value.withLock { $0 } } }
     func advance(by milliseconds: Int64) { value.withLock { $0 += milliseconds } }
 }

@@ -1,4 +1,4 @@
-import Synchronization
+import TroveCore
 import TroveIndex
 
 /// Read-only connections to the index, lent to concurrent gets.
@@ -8,7 +8,7 @@ import TroveIndex
 final class ReaderPool: Sendable {
     private let path: String
     private let capacity: Int
-    private let idle = Mutex<[PooledReader]>([])
+    private let idle = Locked<[PooledReader]>([])
 
     init(path: String, capacity: Int) {
         self.path = path

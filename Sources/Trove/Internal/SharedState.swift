@@ -2,7 +2,7 @@ import TroveCore
 import TroveIndex
 import TrovePack
 
-/// The state that gets and puts share, guarded by `Store.shared` (a Mutex). The lock is held
+/// The state that gets and puts share, guarded by `Store.shared` (a `Locked`). The lock is held
 /// for map and dictionary operations only, never across I/O.
 ///
 /// Invariant: a `.present` slot is never older than the index. Writers update the slot after

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import TroveCore
 import TroveIndex
 import TrovePack

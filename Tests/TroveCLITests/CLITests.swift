@@ -1,0 +1,115 @@
+import Foundation
+import Testing
+import Trove
+import TroveCore
+import TroveTestSupport
+
+/// Runs the built `trove` executable with whole command lines, as a person or script would.
+@Suite struct CLITests {
+    func trove(_ arguments: [String], stdin: Data? = nil) throws -> ProcessOutput {
+        try runProcess(productsDirectory + "/trove", arguments, stdin: stdin)
+    }
+
+    @Test func putGetListStatsRemove() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = dir + "/store"
+            let file = dir + "/photo.jpg"
+            let bytes = Data(testBytes(seed: 5, count: 70_000))
+            try bytes.write(to: URL(fileURLWithPath: file))
+
+            #expect(try trove(["put", "--store", store, "https://x/a.jpg", file, "--etag", "\"v1\""]).status == 0)
+            #expect(try trove(["put", "--store", store, "https://x/b.jpg", file]).status == 0)
+            #expect(try trove(["put", "--store", store, "https://x/c.txt", "-"], stdin: Data("hello".utf8)).status == 0)
+
+            let got = try trove(["get", "--store", store, "https://x/a.jpg"])
+            #expect(got.status == 0)
+            #expect(got.stdout == bytes)
+            #expect(try trove(["get", "--store", store, "https://x/c.txt"]).stdout == Data("hello".utf8))
+            let out = dir + "/out.jpg"
+            #expect(try trove(["get", "--store", store, "https://x/b.jpg", "-o", out]).status == 0)
+            #expect(try Data(contentsOf: URL(fileURLWithPath: out)) == bytes)
+
+            let list = try trove(["ls", "--store", store])
+            #expect(list.status == 0)
+            #expect(list.stdoutText.split(separator: "\n").count == 3)
+            #expect(list.stdoutText.contains("\"v1\"  https://x/a.jpg"))
+
+            let json = try trove(["ls", "--store", store, "--json"])
+            let rows = try #require(try JSONSerialization.jsonObject(with: json.stdout) as? [[String: Any]])
+            #expect(rows.map { $0["url"] as? String } == ["https://x/a.jpg", "https://x/b.jpg", "https://x/c.txt"])
+            #expect(rows.first?["etag"] as? String == "\"v1\"")
+            #expect(rows.first?["bytes"] as? Int == 70_000)
+
+            let stats = try trove(["stats", "--store", store, "--json"])
+            let object = try #require(try JSONSerialization.jsonObject(with: stats.stdout) as? [String: Any])
+            #expect(object["entries"] as? Int == 3)
+            #expect(object["blobs"] as? Int == 2)
+            #expect(object["dedupSavedBytes"] as? Int == 70_000)
+            #expect(object["segments"] as? Int == 1)
+            let text = try trove(["stats", "--store", store])
+            #expect(text.stdoutText.contains("entries         3"))
+            #expect(text.stdoutText.contains("dedup savings"))
+
+            #expect(try trove(["rm", "--store", store, "https://x/a.jpg"]).status == 0)
+            let gone = try trove(["get", "--store", store, "https://x/a.jpg"])
+            #expect(gone.status == 1)
+            #expect(gone.stdout.isEmpty)
+            #expect(gone.stderrText == "trove: no entry for https://x/a.jpg\n")
+            #expect(try trove(["rm", "--store", store, "https://x/a.jpg"]).status == 1)
+        }
+    }
+
+    @Test func variantsAndRemovingAllOfThem() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = dir + "/store"
+            for variant in ["", "w64", "w128"] {
+                let r = try trove(["put", "--store", store, "https://x/a.jpg", "-", "--variant", variant], stdin: Data(variant.utf8))
+                #expect(r.status == 0)
+            }
+            #expect(try trove(["get", "--store", store, "https://x/a.jpg", "--variant", "w64"]).stdout == Data("w64".utf8))
+            #expect(try trove(["rm", "--store", store, "https://x/a.jpg", "--all-variants"]).status == 0)
+            #expect(try trove(["ls", "--store", store]).stdoutText.isEmpty)
+        }
+    }
+
+    @Test func theDefaultStoreFollowsXDGCacheHome() async throws {
+        try await withTemporaryDirectory { dir in
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: productsDirectory + "/trove")
+            process.arguments = ["stats", "--json"]
+            process.environment = ["XDG_CACHE_HOME": dir + "/cache", "HOME": dir]
+            process.standardOutput = Pipe()
+            try process.run()
+            process.waitUntilExit()
+            #expect(process.terminationStatus == 0)
+            #expect(FileManager.default.fileExists(atPath: dir + "/cache/trove/index.sqlite"))
+        }
+    }
+
+    @Test func errorsSayWhatIsWrongAndExitNonZero() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = dir + "/store"
+            let missingFile = try trove(["put", "--store", store, "k", dir + "/nope.jpg"])
+            #expect(missingFile.status == 2)
+            #expect(missingFile.stderrText.hasPrefix("trove: cannot read \(dir)/nope.jpg"))
+
+            let badArguments = try trove(["put", "--store", store])
+            #expect(badArguments.status == 64)
+            #expect(try trove(["frobnicate"]).status == 64)
+            #expect(try trove(["put", "--store", store, "k", "-", "--expires-in", "-3"], stdin: Data()).status == 64)
+
+            try Data("file".utf8).write(to: URL(fileURLWithPath: dir + "/plain"))
+            let notADirectory = try trove(["stats", "--store", dir + "/plain"])
+            #expect(notADirectory.status == 2)
+            #expect(notADirectory.stderrText.contains("is not a directory"))
+
+            // A store held by another process: exit 2 and a message naming that process.
+            let holder = try Store(directory: store)
+            let locked = try trove(["ls", "--store", store])
+            #expect(locked.status == 2)
+            #expect(locked.stderrText.contains("in use by process \(getpid())"))
+            try holder.close()
+            #expect(try trove(["ls", "--store", store]).status == 0)
+        }
+    }
+}

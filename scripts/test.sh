@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian machine and runs Trove's whole test suite:
+#   1. installs the system libraries Trove needs (scripts/bootstrap.sh);
+#   2. builds and runs every test (swift test);
+#   3. runs the concurrency, store and crash suites again under ThreadSanitizer
+#      (skip with TROVE_SKIP_TSAN=1).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/bootstrap.sh
+
+swift build --build-tests
+swift test
+
+if [ "${TROVE_SKIP_TSAN:-0}" != "1" ]; then
+  echo "== ThreadSanitizer: concurrency, store and crash suites"
+  swift test --sanitize=thread --scratch-path .build-tsan --filter "ConcurrencyTests|StoreTests|CrashTests"
+fi
