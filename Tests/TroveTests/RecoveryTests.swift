@@ -9,15 +9,18 @@ import TroveTestSupport
 
 func value(_ i: Int, size: Int = 3000) -> Data { Data(testBytes(seed: UInt64(i), count: size + i)) }
 
+/// Fills a new store in `dir` with `value(i)` under `key(i)` for `0..<count`, and closes it.
+func populate(_ dir: String, count: Int, segmentSize: Int64 = 64 << 20) throws {
+    let store = try openStore(dir, segmentSize: segmentSize)
+    for i in 0..<count { try store.put(value(i), for: key(i)) }
+    try store.close()
+}
+
 @Suite struct RecoveryTests {
     @Test func aTornTailIsCutAndEntriesSurvive() async throws {
         try await withTemporaryDirectory { dir in
             let files = StoreFiles(root: dir)
-            do {
-                let store = try openStore(dir)
-                for i in 0..<10 { try store.put(value(i), for: key(i)) }
-                try store.close()
-            }
+            try populate(dir, count: 10)
             let active = files.segment(try files.segmentIDs().last!)
             let goodSize = try files.size(active)
             // Half a record: a valid-looking header announcing more bytes than follow.
@@ -106,11 +109,7 @@ func value(_ i: Int, size: Int = 3000) -> Data { Data(testBytes(seed: UInt64(i),
     @Test func aMissingSealedSegmentDropsOnlyItsEntries() async throws {
         try await withTemporaryDirectory { dir in
             let files = StoreFiles(root: dir)
-            do {
-                let store = try openStore(dir, segmentSize: 16 << 10)
-                for i in 0..<30 { try store.put(value(i), for: key(i)) }
-                try store.close()
-            }
+            try populate(dir, count: 30, segmentSize: 16 << 10)
             #expect(try files.segmentIDs().count >= 4)
             try FileManager.default.removeItem(atPath: files.segment(2))
             let store = try openStore(dir, segmentSize: 16 << 10)
@@ -132,11 +131,7 @@ func value(_ i: Int, size: Int = 3000) -> Data { Data(testBytes(seed: UInt64(i),
     @Test func aTruncatedSealedSegmentDropsWhatWasCut() async throws {
         try await withTemporaryDirectory { dir in
             let files = StoreFiles(root: dir)
-            do {
-                let store = try openStore(dir, segmentSize: 32 << 10)
-                for i in 0..<30 { try store.put(value(i), for: key(i)) }
-                try store.close()
-            }
+            try populate(dir, count: 30, segmentSize: 32 << 10)
             try files.truncate(files.segment(1), to: try files.size(files.segment(1)) / 2)
             let store = try openStore(dir, segmentSize: 32 << 10)
             let dropped = store.recoveryReport.droppedEntries
@@ -152,11 +147,7 @@ func value(_ i: Int, size: Int = 3000) -> Data { Data(testBytes(seed: UInt64(i),
     @Test func aSegmentWithADamagedHeaderIsSetAsideNotDeleted() async throws {
         try await withTemporaryDirectory { dir in
             let files = StoreFiles(root: dir)
-            do {
-                let store = try openStore(dir, segmentSize: 16 << 10)
-                for i in 0..<20 { try store.put(value(i), for: key(i)) }
-                try store.close()
-            }
+            try populate(dir, count: 20, segmentSize: 16 << 10)
             try files.flip(files.segment(1), at: 3)
             let store = try openStore(dir, segmentSize: 16 << 10)
             #expect(store.recoveryReport.missingSegments == [1])
@@ -169,11 +160,7 @@ func value(_ i: Int, size: Int = 3000) -> Data { Data(testBytes(seed: UInt64(i),
     @Test func openNeverScansSealedSegments() async throws {
         try await withTemporaryDirectory { dir in
             let files = StoreFiles(root: dir)
-            do {
-                let store = try openStore(dir, segmentSize: 16 << 10)
-                for i in 0..<20 { try store.put(value(i), for: key(i)) }
-                try store.close()
-            }
+            try populate(dir, count: 20, segmentSize: 16 << 10)
             // Damage the payload of the first blob of sealed segment 1: open cannot notice it
             // without reading the segment, and must not.
             try files.flip(files.segment(1), at: PackFormat.segmentHeaderSize + 100)

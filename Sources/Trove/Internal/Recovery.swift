@@ -13,29 +13,17 @@ extension Store {
     static func openWriter(
         directory: String, packsDirectory: String, configuration: Configuration
     ) throws(StoreError) -> (Writer, RecoveryReport) {
-        let index: IndexDatabase
         do {
             try PackDirectory.create(packsDirectory)
-            index = try IndexDatabase(path: directory + "/index.sqlite", readOnly: false)
-        } catch let error as PackError {
-            throw StoreError(pack: error)
-        } catch let error as IndexError {
-            throw StoreError(index: error)
-        } catch {
-            throw StoreError(code: .io, message: "cannot open \(directory): \(error)")
-        }
-        var recovery = Recovery(index: index, packs: packsDirectory, configuration: configuration)
-        do {
+            let index = try IndexDatabase(path: directory + "/index.sqlite", readOnly: false)
+            var recovery = Recovery(index: index, packs: packsDirectory, configuration: configuration)
             let writer = try recovery.run()
             return (writer, recovery.report)
         } catch let error as StoreError {
             throw error
-        } catch let error as PackError {
-            throw StoreError(pack: error)
-        } catch let error as IndexError {
-            throw StoreError(index: error)
         } catch {
-            throw StoreError(code: .io, message: "recovery of \(directory) failed: \(error)")
+            // IndexError and PackError map to their StoreError codes; anything else is I/O.
+            throw StoreError(index: error)
         }
     }
 }
