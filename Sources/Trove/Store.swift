@@ -45,6 +45,9 @@ public final class Store: Sendable {
     private let processLock: Locked<ProcessLock?>
     private let flusher = Locked<Task<Void, Never>?>(nil)
 
+    /// The largest value a store accepts: 1 GiB less the 16 bytes of the blob record's hash.
+    public static let maximumValueLength = Int(PackFormat.maximumBodyLength) - PackFormat.blobPrefixSize
+
     /// The default store directory: `$XDG_CACHE_HOME/trove`, else `~/.cache/trove`.
     public static var defaultDirectory: String {
         let environment = ProcessInfo.processInfo.environment
@@ -112,6 +115,12 @@ public final class Store: Sendable {
 
     /// Stores `bytes` under `key`; see ``put(_:for:metadata:)-(Data,_,_)``.
     public func put(_ bytes: UnsafeRawBufferPointer, for key: CacheKey, metadata: EntryMetadata = EntryMetadata()) throws {
+        // Refuse what cannot be stored before spending a pass over it.
+        guard bytes.count <= Self.maximumValueLength else {
+            throw StoreError(
+                code: .valueTooLarge,
+                message: "\(key): \(bytes.count) bytes is over the limit of \(Self.maximumValueLength) bytes", key: key)
+        }
         let hash = configuration.contentHasher(bytes)
         try withWriter { w throws(StoreError) in
             try w.put(bytes, hash: hash, key: key, metadata: metadata, store: self)

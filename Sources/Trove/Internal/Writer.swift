@@ -58,12 +58,6 @@ final class Writer: @unchecked Sendable {
                 key: key)
         }
         let length = UInt64(bytes.count)
-        guard length + UInt64(PackFormat.blobPrefixSize) <= PackFormat.maximumBodyLength else {
-            throw StoreError(
-                code: .valueTooLarge,
-                message: "\(key): \(bytes.count) bytes is over the limit of \(PackFormat.maximumBodyLength - 16) bytes",
-                key: key)
-        }
         var blob = try equalBlob(bytes, hash: hash, store: store)
         var link = LinkRecord(
             url: key.url, variant: key.variant, blobHash: hash, blobLength: length, blobSegment: 0, blobOffset: 0,

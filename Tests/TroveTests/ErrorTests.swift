@@ -1,0 +1,84 @@
+import Foundation
+import Testing
+import TroveCore
+@testable import TroveIndex
+import TrovePack
+import TroveTestSupport
+
+@testable import Trove
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Every typed error a store reports, provoked for real.
+@Suite struct ErrorTests {
+    @Test func aKeyDigestCollisionIsRefusedAndNeverServesTheOtherKey() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir)
+            try store.put(Data("mine".utf8), for: key(1))
+            try store.flush()
+            // Plant a row for another URL under key(2)'s digest, as a crafted collision would.
+            try store.withWriter { w throws(StoreError) in
+                try w.indexCall {
+                    var row = try #require(try w.index.entry(digest: key(1).digest)).entry
+                    row.keyDigest = key(2).digest
+                    row.url = "https://attacker.example/collides"
+                    try w.index.link(row)
+                }
+                try w.commit(store: store, flushReadTimes: false)
+            }
+            // A get for key(2) finds the digest but not its key: nothing is served.
+            #expect(try store.data(for: key(2)) == nil)
+            #expect(try !store.contains(key(2)))
+            let error = #expect(throws: StoreError.self) { try store.put(Data("yours".utf8), for: key(2)) }
+            #expect(error?.code == .keyCollision)
+            #expect(error?.key == key(2))
+            #expect(try store.data(for: key(1)) == Data("mine".utf8))
+        }
+    }
+
+    @Test func aValueOverTheLimitIsRefusedBeforeItIsRead() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir)
+            // Address space only: mapped zero pages, never touched, since the size is checked first.
+            let count = Store.maximumValueLength + 1
+            let mapping = try #require(mmap(nil, count, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0))
+            #expect(mapping != MAP_FAILED)
+            defer { munmap(mapping, count) }
+            let error = #expect(throws: StoreError.self) {
+                try store.put(UnsafeRawBufferPointer(start: mapping, count: count), for: key(1))
+            }
+            #expect(error?.code == .valueTooLarge)
+            #expect(try store.statistics().entries == 0)
+        }
+    }
+
+    @Test func aDamagedIndexIsReportedWithWhatToDo() async throws {
+        try await withTemporaryDirectory { dir in
+            try populate(dir, count: 3)
+            let index = dir + "/store/index.sqlite"
+            for suffix in ["-wal", "-shm"] { try? FileManager.default.removeItem(atPath: index + suffix) }
+            try Data(repeating: 0xEE, count: 4096).write(to: URL(fileURLWithPath: index))
+            let error = #expect(throws: StoreError.self) { try openStore(dir) }
+            #expect(error?.code == .indexCorrupt)
+            #expect(error?.message.contains("trove fsck --rebuild-index") == true)
+            #expect(error?.underlying is IndexError)
+            // Nothing was lost: the packs are untouched.
+            #expect(try PackDirectory.segmentIDs(in: dir + "/store/packs") == [1])
+        }
+    }
+
+    @Test func anIndexFromANewerTroveIsRefused() async throws {
+        try await withTemporaryDirectory { dir in
+            try populate(dir, count: 1)
+            do {
+                let index = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: false)
+                try index.connection.execute("PRAGMA user_version = 42")
+            }
+            let error = #expect(throws: StoreError.self) { try openStore(dir) }
+            #expect(error?.code == .schemaTooNew)
+            #expect(error?.message.contains("schema version 42") == true)
+        }
+    }
+}
