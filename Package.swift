@@ -9,6 +9,7 @@ let package = Package(
     name: "Trove",
     products: [
         .library(name: "Trove", targets: ["Trove"]),
+        .library(name: "TroveBench", targets: ["TroveBench"]),
         .executable(name: "trove", targets: ["trove"]),
     ],
     dependencies: [
@@ -30,10 +31,16 @@ let package = Package(
         .target(name: "TroveIndex", dependencies: ["TroveCore", "CSQLite"]),
         // The facade: Store composes the pack layer and the index.
         .target(name: "Trove", dependencies: ["TroveCore", "TrovePack", "TroveIndex"]),
+        // Benchmark engines (Trove, one file per entry, SQLite as a blob store) and workloads,
+        // shared by `trove bench` and the Benchmarks/ package. It talks to SQLite directly, not
+        // through TroveIndex: the baseline is what a user would write.
+        .target(name: "TroveBench", dependencies: ["Trove", "TroveCore", "CSQLite"]),
         // The command-line tool.
         .executableTarget(
             name: "trove",
-            dependencies: ["Trove", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
+            dependencies: [
+                "Trove", "TroveBench", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]),
 
         // Tests.
         .target(name: "TroveTestSupport", path: "Tests/TroveTestSupport"),
@@ -45,6 +52,7 @@ let package = Package(
         .testTarget(
             name: "TroveTests",
             dependencies: ["Trove", "TrovePack", "TroveIndex", "TroveTestSupport", "CrashWriter"]),
+        .testTarget(name: "TroveBenchTests", dependencies: ["TroveBench", "TroveTestSupport"]),
         .testTarget(name: "TroveCLITests", dependencies: ["Trove", "TroveTestSupport", "trove"]),
     ]
 )

@@ -1,0 +1,41 @@
+import Foundation
+
+extension BenchmarkReport {
+    /// One table: per workload and engine, ops/s, p50 and p99, and Trove's ratio to each
+    /// baseline; then the targets.
+    public func table() -> String {
+        func pad(_ s: String, _ n: Int, right: Bool = false) -> String {
+            s.count >= n ? s : right ? String(repeating: " ", count: n - s.count) + s : s + String(repeating: " ", count: n - s.count)
+        }
+        func number(_ v: Double, _ digits: Int = 1) -> String { String(format: "%.\(digits)f", v) }
+        var lines: [String] = []
+        lines.append(
+            pad("workload", 24) + pad("engine", 20) + pad("ops/s", 11, right: true) + pad("p50 µs", 10, right: true)
+                + pad("p99 µs", 10, right: true) + "  Trove ratio / metric")
+        lines.append(String(repeating: "-", count: 100))
+        var previous = ""
+        for r in results {
+            if r.workload != previous && !previous.isEmpty { lines.append("") }
+            previous = r.workload
+            var tail = ""
+            if let metric = r.metric, let name = r.metricName { tail = "\(name) \(number(metric, 3))" }
+            if !r.engine.hasPrefix("Trove") {
+                let trove = results.first {
+                    $0.workload == r.workload
+                        && $0.engine == (r.engine.hasSuffix("fsync") || r.engine.hasSuffix("FULL") ? "Trove full" : "Trove")
+                }
+                if let trove { tail = "\(number(trove.opsPerSecond / r.opsPerSecond, 2))× " + tail }
+            }
+            lines.append(
+                pad(r.workload, 24) + pad(r.engine, 20) + pad(number(r.opsPerSecond, 0), 11, right: true)
+                    + pad(number(r.p50Microseconds), 10, right: true) + pad(number(r.p99Microseconds), 10, right: true)
+                    + "  " + tail)
+        }
+        lines.append("")
+        lines.append("Targets (DESIGN.md), measured in this run:")
+        for t in targets {
+            lines.append("  [\(t.met ? "met" : "NOT met")] \(t.target): \(number(t.measured, 3)) (\(t.required))")
+        }
+        return lines.joined(separator: "\n")
+    }
+}

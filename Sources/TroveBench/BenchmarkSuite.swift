@@ -1,0 +1,372 @@
+public import Foundation
+import Trove
+import TroveCore
+
+/// How much work a benchmark run does.
+public struct BenchmarkPlan: Codable, Sendable {
+    /// Small entries each engine holds before the workloads run (DESIGN.md: measure populated
+    /// stores — an empty tree flatters one file per entry and an empty index flatters SQLite).
+    public var population: Int
+    /// Entries of the large store in the open-time / p99 scaling workload (compared with 10 000).
+    public var scaleEntries: Int
+    /// Multiplies the operation counts of the workloads.
+    public var operationScale: Double
+    /// Where the engines' directories go (a new temporary directory when nil).
+    public var directory: String?
+
+    /// About a minute on a 2-core machine.
+    public static let standard = BenchmarkPlan(population: 100_000, scaleEntries: 100_000, operationScale: 1, directory: nil)
+    /// Seconds: a smoke run.
+    public static let quick = BenchmarkPlan(population: 5_000, scaleEntries: 20_000, operationScale: 0.1, directory: nil)
+
+    public init(population: Int, scaleEntries: Int, operationScale: Double, directory: String?) {
+        self.population = population
+        self.scaleEntries = scaleEntries
+        self.operationScale = operationScale
+        self.directory = directory
+    }
+
+    func operations(_ n: Int) -> Int { max(20, Int(Double(n) * operationScale)) }
+}
+
+/// One workload run against one engine.
+public struct BenchmarkResult: Codable, Sendable {
+    /// The workload's name, e.g. `put 64KiB`.
+    public var workload: String
+    /// The engine's name, e.g. `Trove`, `FilePerEntry fsync`.
+    public var engine: String
+    /// Operations timed.
+    public var operations: Int
+    /// Wall time of the timed loop, seconds.
+    public var seconds: Double
+    /// Operations per second.
+    public var opsPerSecond: Double
+    /// Median latency, microseconds.
+    public var p50Microseconds: Double
+    /// 99th-percentile latency, microseconds.
+    public var p99Microseconds: Double
+    /// A workload-specific figure (disk bytes per payload byte, open seconds), with its meaning.
+    public var metric: Double?
+    public var metricName: String?
+}
+
+/// A target of DESIGN.md § Targets checked against this run.
+public struct TargetCheck: Codable, Sendable {
+    public var target: String
+    public var measured: Double
+    public var required: String
+    public var met: Bool
+}
+
+/// The results of a run.
+public struct BenchmarkReport: Codable, Sendable {
+    public var plan: BenchmarkPlan
+    public var results: [BenchmarkResult]
+    public var targets: [TargetCheck]
+}
+
+/// Runs Trove, one-file-per-entry and SQLite-as-blob-store through the same workloads on the
+/// same generated data, in one process, and checks DESIGN.md's targets as ratios.
+///
+/// Every workload verifies the work it names: written values are read back and compared byte
+/// for byte (all of them for gets, a sample after puts), counts are checked.
+public final class BenchmarkSuite {
+    let plan: BenchmarkPlan
+    let progress: (String) -> Void
+    let pool = ContentPool()
+    var results: [BenchmarkResult] = []
+    let root: String
+    private let ownsRoot: Bool
+
+    /// Prepares a run; `progress` receives one line per step.
+    public init(plan: BenchmarkPlan, progress: @escaping (String) -> Void = { _ in }) throws {
+        self.plan = plan
+        self.progress = progress
+        if let directory = plan.directory {
+            root = directory
+            ownsRoot = false
+        } else {
+            root = FileManager.default.temporaryDirectory.path + "/trove-bench-\(UUID().uuidString.prefix(8))"
+            ownsRoot = true
+        }
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+    }
+
+    deinit {
+        if ownsRoot { try? FileManager.default.removeItem(atPath: root) }
+    }
+
+    /// Runs every workload and returns the results with the targets checked.
+    public func run() throws -> BenchmarkReport {
+        let trove = try TroveEngine(directory: root + "/trove")
+        let files = try FilePerEntryEngine(directory: root + "/files")
+        let sqlite = try SQLiteBlobEngine(directory: root + "/sqlite")
+        let kinds: [any BlobStoring] = [trove, files, sqlite]
+        defer { for engine in kinds { try? engine.close() } }
+
+        for engine in kinds { try populate(engine) }
+        for (size, count) in [(4 << 10, 5_000), (64 << 10, 2_000), (1 << 20, 200)] {
+            try putAndGet(size: size, count: plan.operations(count), trove: trove, files: files, sqlite: sqlite)
+        }
+        for engine in kinds { try mixedZipf(engine) }
+        for engine in kinds { try dedupHeavyPut(engine) }
+        for engine in kinds { try diskPerPayload(engine) }
+        try scaling()
+        return BenchmarkReport(plan: plan, results: results, targets: checkTargets())
+    }
+
+    // MARK: Workloads
+
+    private func populate(_ engine: any BlobStoring) throws {
+        progress("populating \(engine.name) with \(plan.population) entries of 4 KiB")
+        let m = try measure(plan.population, finish: engine.flush) { i in
+            try engine.put(pool.value(id: UInt64(1_000_000_000 + i), size: 4096), key: "pop-\(i)", etag: "p\(i)")
+        }
+        record("populate 4KiB", engine, m)
+        try verifySample(engine, count: plan.population) { i in
+            ("pop-\(i)", pool.value(id: UInt64(1_000_000_000 + i), size: 4096))
+        }
+    }
+
+    /// Puts `count` new values of `size` bytes with each durability-matched engine setting,
+    /// then reads them all back warm.
+    private func putAndGet(
+        size: Int, count: Int, trove: TroveEngine, files: FilePerEntryEngine, sqlite: SQLiteBlobEngine
+    ) throws {
+        let label = size >= 1 << 20 ? "\(size >> 20)MiB" : "\(size >> 10)KiB"
+        let values = (0..<count).map { pool.value(id: UInt64(size * 10 + $0), size: size) }
+        func put(_ engine: any BlobStoring, tag: String, count: Int) throws {
+            progress("put \(label) × \(count): \(engine.name)")
+            let m = try measure(count, finish: engine.flush) { i in
+                try engine.put(values[i], key: "put-\(label)-\(tag)-\(i)", etag: "e\(i)")
+            }
+            record("put \(label)", engine, m)
+            try verifySample(engine, count: count) { ("put-\(label)-\(tag)-\($0)", values[$0]) }
+        }
+        // Like with like: page-cache durability first, then fsync-per-write durability.
+        try put(trove, tag: "main", count: count)
+        try trove.reopen(durability: .none)
+        try put(trove, tag: "none", count: count)
+        try trove.reopen(durability: .batched)
+        try put(files, tag: "main", count: count)
+        try put(sqlite, tag: "main", count: count)
+        let durableCount = max(20, count / 4)
+        try trove.reopen(durability: .full)
+        try put(trove, tag: "full", count: durableCount)
+        try trove.reopen(durability: .batched)
+        files.fsyncWrites = true
+        try put(files, tag: "fsync", count: durableCount)
+        files.fsyncWrites = false
+        try sqlite.setSynchronousFull(true)
+        try put(sqlite, tag: "full", count: durableCount)
+        try sqlite.setSynchronousFull(false)
+
+        // Warm gets of what each engine just stored: one untimed pass, then timed passes in a
+        // shuffled order, every value compared.
+        let gets = plan.operations(size >= 1 << 20 ? 1_000 : 20_000)
+        var generator = SplitMix(state: UInt64(size))
+        let order = (0..<gets).map { _ in Int.random(in: 0..<count, using: &generator) }
+        func get(_ engine: any BlobStoring) throws {
+            progress("warm get \(label) × \(gets): \(engine.name)")
+            for i in 0..<count { _ = try engine.get("put-\(label)-main-\(i)") }
+            let m = try measure(gets) { j in
+                try engine.get("put-\(label)-main-\(order[j])")
+            } check: { j, data in
+                guard data == values[order[j]] else {
+                    throw BenchmarkError("\(engine.name): get \(label) returned wrong bytes for key \(order[j])")
+                }
+            }
+            record("warm get \(label)", engine, m)
+        }
+        try get(trove)
+        try get(files)
+        try get(sqlite)
+        sqlite.updatesAccessTime = false
+        try get(sqlite)
+        sqlite.updatesAccessTime = true
+    }
+
+    /// 90 % gets, 10 % puts over a Zipf-popular catalog of image-like sizes; a miss is fetched
+    /// (put) as a cache would.
+    private func mixedZipf(_ engine: any BlobStoring) throws {
+        let items = plan.operations(3_000)
+        let operations = plan.operations(20_000)
+        var generator = SplitMix(state: 7)
+        let sizes: [Int] = (0..<items).map { _ in
+            let roll = Int.random(in: 0..<100, using: &generator)
+            return roll < 80
+                ? Int.random(in: 5_000...50_000, using: &generator)
+                : roll < 97 ? Int.random(in: 100_000...500_000, using: &generator)
+                : Int.random(in: 1_000_000...4_000_000, using: &generator)
+        }
+        let zipf = ZipfSampler(count: items)
+        var version = [Int](repeating: 0, count: items)
+        var expected = [UInt64?](repeating: nil, count: items)
+        // Plan every operation and make every value before the clock starts.
+        var plan: [(item: Int, put: Data?)] = []
+        var simulated = [Bool](repeating: false, count: items)
+        for _ in 0..<operations {
+            let item = zipf.next(using: &generator)
+            let isPut = Int.random(in: 0..<10, using: &generator) == 0 || !simulated[item]
+            if isPut {
+                version[item] += 1
+                simulated[item] = true
+                plan.append((item, pool.value(id: UInt64(item) << 20 | UInt64(version[item]), size: sizes[item])))
+            } else {
+                plan.append((item, nil))
+            }
+        }
+        progress("mixed 90/10 Zipf × \(operations): \(engine.name)")
+        var misses = 0
+        var wrong = 0
+        let m = try measure(operations, finish: engine.flush) { i -> Data? in
+            let (item, value) = plan[i]
+            if let value {
+                try engine.put(value, key: "zipf-\(item)", etag: "v")
+                return nil
+            }
+            return try engine.get("zipf-\(item)")
+        } check: { i, data in
+            let (item, value) = plan[i]
+            if let value {
+                expected[item] = ContentPool.id(of: value)
+            } else if let data {
+                if ContentPool.id(of: data) != expected[item] || data.count != sizes[item] { wrong += 1 }
+            } else {
+                misses += 1
+            }
+        }
+        guard wrong == 0, misses == 0 else {
+            throw BenchmarkError("\(engine.name): mixed workload read \(wrong) wrong values and missed \(misses)")
+        }
+        record("mixed 90/10 Zipf", engine, m)
+    }
+
+    /// 20 KiB puts where one in five repeats an earlier value under a new key.
+    private func dedupHeavyPut(_ engine: any BlobStoring) throws {
+        let count = plan.operations(4_000)
+        var generator = SplitMix(state: 99)
+        let ids: [UInt64] = (0..<count).map { i in
+            i > 10 && Int.random(in: 0..<5, using: &generator) == 0
+                ? UInt64(Int.random(in: 0..<(i / 2), using: &generator)) : UInt64(i)
+        }
+        let values = ids.map { pool.value(id: 5_000_000 + $0, size: 20 << 10) }
+        progress("dedup-heavy put 20KiB × \(count): \(engine.name)")
+        let before = try engine.allocatedBytes()
+        let m = try measure(count, finish: engine.flush) { i in try engine.put(values[i], key: "dedup-\(i)", etag: "d") }
+        let grown = try engine.allocatedBytes() - before
+        try verifySample(engine, count: count) { ("dedup-\($0)", values[$0]) }
+        record("dedup-heavy put 20KiB", engine, m, metric: Double(grown) / Double(count * (20 << 10)), metricName: "disk/payload")
+    }
+
+    /// Disk bytes used per payload byte for unique 20 KiB values (20 000 bytes, so block
+    /// rounding shows).
+    private func diskPerPayload(_ engine: any BlobStoring) throws {
+        let count = plan.operations(4_000)
+        progress("disk per payload 20KB × \(count): \(engine.name)")
+        let values = (0..<count).map { pool.value(id: UInt64(7_000_000 + $0), size: 20_000) }
+        let before = try engine.allocatedBytes()
+        let m = try measure(count, finish: engine.flush) { i in try engine.put(values[i], key: "disk-\(i)", etag: "") }
+        let grown = try engine.allocatedBytes() - before
+        try verifySample(engine, count: count) { ("disk-\($0)", values[$0]) }
+        record("disk per payload 20KB", engine, m, metric: Double(grown) / Double(count * 20_000), metricName: "disk/payload")
+    }
+
+    /// Open time and cold get p99 of Trove at 10 000 entries and at `scaleEntries`.
+    private func scaling() throws {
+        for entries in [10_000, plan.scaleEntries] {
+            let directory = root + "/scale-\(entries)"
+            progress("scaling: filling a store with \(entries) entries of 1 KiB")
+            do {
+                let engine = try TroveEngine(directory: directory, durability: .none)
+                for i in 0..<entries {
+                    try engine.put(pool.value(id: UInt64(i), size: 1024), key: "s-\(i)", etag: "")
+                }
+                try engine.close()
+            }
+            // Best of three opens (the first also warms the page cache).
+            var openSeconds = Double.infinity
+            for _ in 0..<3 {
+                let start = ContinuousClock.now
+                let store = try Store(directory: directory)
+                let elapsed = ContinuousClock.now - start
+                openSeconds = min(openSeconds, Double(elapsed.components.attoseconds) / 1e18 + Double(elapsed.components.seconds))
+                try store.close()
+            }
+            let store = try Store(directory: directory)
+            let gets = plan.operations(20_000)
+            var generator = SplitMix(state: UInt64(entries))
+            let keys = (0..<gets).map { _ in Int.random(in: 0..<entries, using: &generator) }
+            var wrong = 0
+            let m = try measure(gets) { j in
+                try store.data(for: CacheKey(url: "s-\(keys[j])"))
+            } check: { j, data in
+                if data.flatMap(ContentPool.id(of:)) != UInt64(keys[j]) { wrong += 1 }
+            }
+            try store.close()
+            guard wrong == 0 else { throw BenchmarkError("scaling: \(wrong) wrong values at \(entries) entries") }
+            record("get at \(entries) entries", name: "Trove", m, metric: openSeconds, metricName: "open s")
+        }
+    }
+
+    // MARK: Helpers
+
+    private func verifySample(_ engine: any BlobStoring, count: Int, _ expected: (Int) -> (String, Data)) throws {
+        var generator = SplitMix(state: UInt64(count))
+        for _ in 0..<min(count, 50) {
+            let (key, value) = expected(Int.random(in: 0..<count, using: &generator))
+            guard try engine.get(key) == value else {
+                throw BenchmarkError("\(engine.name): \(key) did not read back as written")
+            }
+        }
+    }
+
+    private func record(
+        _ workload: String, _ engine: any BlobStoring, _ m: Measurement, metric: Double? = nil, metricName: String? = nil
+    ) {
+        record(workload, name: engine.name, m, metric: metric, metricName: metricName)
+    }
+
+    private func record(_ workload: String, name: String, _ m: Measurement, metric: Double? = nil, metricName: String? = nil) {
+        results.append(
+            BenchmarkResult(
+                workload: workload, engine: name, operations: m.latencies.count, seconds: m.seconds,
+                opsPerSecond: Double(m.latencies.count) / max(m.seconds, 1e-9), p50Microseconds: m.percentile(50),
+                p99Microseconds: m.percentile(99), metric: metric, metricName: metricName))
+    }
+
+    func result(_ workload: String, _ engine: String) -> BenchmarkResult? {
+        results.first { $0.workload == workload && $0.engine == engine }
+    }
+
+    private func checkTargets() -> [TargetCheck] {
+        var checks: [TargetCheck] = []
+        func ratio(_ workload: String, _ trove: String, _ baseline: String, atLeast: Double) {
+            guard let t = result(workload, trove), let b = result(workload, baseline) else { return }
+            let r = t.opsPerSecond / b.opsPerSecond
+            checks.append(
+                TargetCheck(target: "\(workload): \(trove) vs \(baseline)", measured: r, required: "≥ \(atLeast)×", met: r >= atLeast))
+        }
+        ratio("put 64KiB", "Trove", "FilePerEntry", atLeast: 5)
+        ratio("put 64KiB", "Trove", "SQLiteBlob", atLeast: 2)
+        ratio("put 64KiB", "Trove full", "FilePerEntry fsync", atLeast: 5)
+        ratio("put 64KiB", "Trove full", "SQLiteBlob FULL", atLeast: 2)
+        for size in ["4KiB", "64KiB"] {
+            ratio("warm get \(size)", "Trove", "FilePerEntry", atLeast: 2)
+            ratio("warm get \(size)", "Trove", "SQLiteBlob", atLeast: 1.5)
+        }
+        if let disk = result("disk per payload 20KB", "Trove"), let value = disk.metric {
+            checks.append(TargetCheck(target: "disk bytes per payload byte, 20 KB values", measured: value, required: "≤ 1.02", met: value <= 1.02))
+        }
+        if let small = result("get at 10000 entries", "Trove"),
+            let large = results.last(where: { $0.workload.hasPrefix("get at ") && $0.workload != "get at 10000 entries" })
+        {
+            let r = large.p99Microseconds / max(small.p99Microseconds, 1e-9)
+            checks.append(TargetCheck(target: "get p99, \(large.workload) vs 10000", measured: r, required: "≤ 2×", met: r <= 2))
+            if let open = large.metric {
+                checks.append(TargetCheck(target: "open time, \(large.workload.dropFirst(7))", measured: open, required: "< 1 s", met: open < 1))
+            }
+        }
+        return checks
+    }
+}

@@ -1,0 +1,118 @@
+import Foundation
+
+/// Per-operation latencies and the wall time of a timed loop.
+struct Measurement {
+    var latencies: [UInt64] = []  // nanoseconds
+    var total: Duration = .zero
+
+    var seconds: Double {
+        Double(total.components.seconds) + Double(total.components.attoseconds) / 1e18
+    }
+
+    /// The `p`-th percentile latency in microseconds (nearest rank).
+    func percentile(_ p: Double) -> Double {
+        guard !latencies.isEmpty else { return 0 }
+        let sorted = latencies.sorted()
+        let rank = min(sorted.count - 1, max(0, Int((p / 100 * Double(sorted.count)).rounded(.up)) - 1))
+        return Double(sorted[rank]) / 1000
+    }
+}
+
+/// Times `count` calls of `body`, each on its own, then passes each result to `check` outside
+/// the timed region and drops it at once (a caller of a cache uses the bytes and lets them go;
+/// keeping every result alive would measure page faults of a growing heap instead).
+///
+/// The total is the sum of the timed calls plus `finish` (so work an engine defers, such as a
+/// group commit, is paid for inside the measurement); checks are not counted.
+func measure<T>(
+    _ count: Int, finish: () throws -> Void = {}, _ body: (Int) throws -> T,
+    check: (Int, T) throws -> Void = { _, _ in }
+) throws -> Measurement {
+    var m = Measurement()
+    m.latencies.reserveCapacity(count)
+    let clock = ContinuousClock()
+    var total = Duration.zero
+    for i in 0..<count {
+        let t0 = clock.now
+        let result = try body(i)
+        let elapsed = clock.now - t0
+        total += elapsed
+        m.latencies.append(
+            UInt64(elapsed.components.seconds) * 1_000_000_000 + UInt64(elapsed.components.attoseconds / 1_000_000_000))
+        try check(i, result)
+    }
+    let t0 = clock.now
+    try finish()
+    m.total = total + (clock.now - t0)
+    return m
+}
+
+/// Reproducible pseudo-random numbers (SplitMix64).
+struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// Makes values: slices of a pool of random bytes, each stamped with its id in its first
+/// eight bytes, so distinct ids give distinct contents (and incompressible ones, like images).
+struct ContentPool {
+    private let pool: [UInt8]
+
+    init(size: Int = 8 << 20) {
+        var generator = SplitMix(state: 42)
+        var bytes = [UInt8](repeating: 0, count: size)
+        bytes.withUnsafeMutableBytes { raw in
+            let words = raw.bindMemory(to: UInt64.self)
+            for i in 0..<words.count { words[i] = generator.next() }
+        }
+        pool = bytes
+    }
+
+    func value(id: UInt64, size: Int) -> Data {
+        precondition(size <= pool.count)
+        let start = Int(id &* 7919 % UInt64(pool.count - size + 1))
+        var data = Data(pool[start..<start + size])
+        withUnsafeBytes(of: id.littleEndian) { stamp in
+            for i in 0..<min(8, size) { data[i] = stamp[i] }
+        }
+        return data
+    }
+
+    /// The id stamped into `data`.
+    static func id(of data: Data) -> UInt64? {
+        guard data.count >= 8 else { return nil }
+        return data.prefix(8).withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) }
+    }
+}
+
+/// Draws ranks 0..<n with probability ∝ 1/(rank+1)^s.
+struct ZipfSampler {
+    private var cdf: [Double] = []
+
+    init(count: Int, exponent s: Double = 1.0) {
+        var total = 0.0
+        cdf.reserveCapacity(count)
+        for k in 1...count {
+            total += 1 / pow(Double(k), s)
+            cdf.append(total)
+        }
+        cdf = cdf.map { $0 / total }
+    }
+
+    func next(using generator: inout some RandomNumberGenerator) -> Int {
+        let u = Double.random(in: 0..<1, using: &generator)
+        var low = 0
+        var high = cdf.count - 1
+        while low < high {
+            let mid = (low + high) / 2
+            if cdf[mid] < u { low = mid + 1 } else { high = mid }
+        }
+        return low
+    }
+}

@@ -1,0 +1,37 @@
+public import Foundation
+public import Trove
+import TroveCore
+
+/// Trove's ``Store`` as a benchmark engine.
+public final class TroveEngine: BlobStoring {
+    public let directory: String
+    /// The store; reopened by ``reopen(durability:)``.
+    public private(set) var store: Store
+
+    public var name: String {
+        store.configuration.durability == .batched ? "Trove" : "Trove \(store.configuration.durability)"
+    }
+
+    /// Opens (creating) a store in `directory` with default settings and `durability`.
+    public init(directory: String, durability: Durability = .batched) throws {
+        self.directory = directory
+        store = try Store(directory: directory, configuration: Store.Configuration(durability: durability))
+    }
+
+    /// Closes the store and opens it again with another durability level.
+    public func reopen(durability: Durability) throws {
+        try store.close()
+        store = try Store(directory: directory, configuration: Store.Configuration(durability: durability))
+    }
+
+    public func put(_ data: Data, key: String, etag: String) throws {
+        try store.put(data, for: CacheKey(url: key), metadata: EntryMetadata(etag: etag))
+    }
+
+    public func get(_ key: String) throws -> Data? {
+        try store.data(for: CacheKey(url: key))
+    }
+
+    public func flush() throws { try store.flush() }
+    public func close() throws { try store.close() }
+}

@@ -1,0 +1,59 @@
+import ArgumentParser
+import Foundation
+import TroveBench
+
+extension TroveCommand {
+    struct Bench: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Benchmark Trove against one-file-per-entry and SQLite-as-blob-store, in one run.",
+            discussion: """
+                Runs every workload against the three engines on the same generated data in a \
+                temporary directory, then prints ops/s, p50 and p99 per engine with Trove's ratio \
+                to each baseline, and checks the targets of DESIGN.md. About a minute; --quick \
+                takes seconds. Progress goes to stderr.
+                """)
+
+        @Flag(help: "A smoke run: small population and few operations (seconds).")
+        var quick = false
+
+        @Flag(help: "Print the report as JSON.")
+        var json = false
+
+        @Option(help: "Entries each engine holds before the workloads (default 100000; 5000 with --quick).")
+        var population: Int?
+
+        @Option(help: "Entries of the large store in the scaling workload (default 100000; 20000 with --quick).")
+        var scaleEntries: Int?
+
+        @Option(help: "Directory for the engines' files (default: a new temporary directory, removed afterwards).")
+        var directory: String?
+
+        func validate() throws {
+            if let population, population < 100 { throw ValidationError("--population must be at least 100") }
+            if let scaleEntries, scaleEntries < 10_000 { throw ValidationError("--scale-entries must be at least 10000") }
+        }
+
+        func run() throws {
+            var plan = quick ? BenchmarkPlan.quick : BenchmarkPlan.standard
+            if let population { plan.population = population }
+            if let scaleEntries { plan.scaleEntries = scaleEntries }
+            plan.directory = directory
+            let report: BenchmarkReport
+            do {
+                let suite = try BenchmarkSuite(plan: plan) { line in
+                    FileHandle.standardError.write(Data("bench: \(line)\n".utf8))
+                }
+                report = try suite.run()
+            } catch {
+                fail("benchmark failed: \(error)")
+            }
+            if json {
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+                printOut(String(decoding: try encoder.encode(report), as: UTF8.self))
+            } else {
+                printOut(report.table())
+            }
+        }
+    }
+}

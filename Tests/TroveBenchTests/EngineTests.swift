@@ -1,0 +1,97 @@
+import Foundation
+import Testing
+import TroveTestSupport
+
+@testable import TroveBench
+
+/// The benchmark engines must store and return exactly what they are given, or their numbers
+/// mean nothing.
+@Suite struct EngineTests {
+    static func engines(_ dir: String) throws -> [any BlobStoring] {
+        [
+            try TroveEngine(directory: dir + "/trove"), try FilePerEntryEngine(directory: dir + "/files"),
+            try FilePerEntryEngine(directory: dir + "/files-fsync", fsyncWrites: true),
+            try SQLiteBlobEngine(directory: dir + "/sqlite"),
+            try SQLiteBlobEngine(directory: dir + "/sqlite-full", synchronousFull: true, updatesAccessTime: false),
+        ]
+    }
+
+    @Test func everyEngineRoundTrips() async throws {
+        try await withTemporaryDirectory { dir in
+            for engine in try Self.engines(dir) {
+                for (i, size) in [0, 1, 4096, 70_000, 1 << 20].enumerated() {
+                    try engine.put(Data(testBytes(seed: UInt64(i), count: size)), key: "k\(i)", etag: "e\(i)")
+                }
+                try engine.put(Data("new".utf8), key: "k1", etag: "e")
+                try engine.flush()
+                #expect(try engine.get("k0") == Data(), "\(engine.name)")
+                #expect(try engine.get("k1") == Data("new".utf8), "\(engine.name)")
+                #expect(try engine.get("k4") == Data(testBytes(seed: 4, count: 1 << 20)), "\(engine.name)")
+                #expect(try engine.get("missing") == nil, "\(engine.name)")
+                #expect(try engine.allocatedBytes() >= 1 << 20, "\(engine.name)")
+                try engine.close()
+            }
+        }
+    }
+
+    @Test func filePerEntryKeepsLRUOrderByFileTimes() async throws {
+        try await withTemporaryDirectory { dir in
+            let engine = try FilePerEntryEngine(directory: dir + "/files")
+            for i in 0..<10 { try engine.put(Data(testBytes(seed: UInt64(i), count: 8000)), key: "k\(i)", etag: "") }
+            usleep(20_000)
+            // Reading k0 and k1 makes them the most recently used.
+            _ = try engine.get("k0")
+            _ = try engine.get("k1")
+            let perFile = engine.allocatedBytes(of: "k5")
+            let removed = engine.sweep(toBytes: try engine.allocatedBytes() - 7 * perFile)
+            #expect(removed >= 7)
+            #expect(try engine.get("k0") != nil)
+            #expect(try engine.get("k1") != nil)
+            #expect(try engine.get("k2") == nil)
+        }
+    }
+
+    @Test func zipfFavoursLowRanks() {
+        let zipf = ZipfSampler(count: 1000)
+        var generator = SplitMix(state: 1)
+        var counts = [Int](repeating: 0, count: 1000)
+        for _ in 0..<100_000 { counts[zipf.next(using: &generator)] += 1 }
+        // With s = 1, rank 0 is drawn about twice as often as rank 1 and ~1/H(1000) ≈ 13 % of the time.
+        #expect(counts[0] > 11_000 && counts[0] < 15_500)
+        #expect(Double(counts[0]) / Double(counts[1]) > 1.7)
+        #expect(counts[999] < 100)
+    }
+
+    @Test func contentPoolStampsIDs() {
+        let pool = ContentPool(size: 1 << 16)
+        let a = pool.value(id: 1, size: 5000)
+        #expect(ContentPool.id(of: a) == 1)
+        #expect(a != pool.value(id: 2, size: 5000))
+        #expect(a == pool.value(id: 1, size: 5000))
+    }
+}
+
+@Suite struct SuiteTests {
+    /// A tiny plan exercises every workload and its verification end to end; no timing is checked.
+    @Test func aTinyRunCompletesAndChecksTargets() async throws {
+        try await withTemporaryDirectory { dir in
+            let plan = BenchmarkPlan(population: 200, scaleEntries: 10_000, operationScale: 0.01, directory: dir)
+            let report = try BenchmarkSuite(plan: plan).run()
+            let workloads = Set(report.results.map(\.workload))
+            for name in [
+                "populate 4KiB", "put 4KiB", "warm get 4KiB", "put 64KiB", "warm get 64KiB", "put 1MiB", "warm get 1MiB",
+                "mixed 90/10 Zipf", "dedup-heavy put 20KiB", "disk per payload 20KB", "get at 10000 entries",
+            ] {
+                #expect(workloads.contains(name), "\(name)")
+            }
+            let engines = Set(report.results.map(\.engine))
+            #expect(engines.isSuperset(of: [
+                "Trove", "Trove none", "Trove full", "FilePerEntry", "FilePerEntry fsync", "SQLiteBlob",
+                "SQLiteBlob no-LRU", "SQLiteBlob FULL",
+            ]))
+            #expect(report.results.allSatisfy { $0.operations > 0 && $0.opsPerSecond > 0 })
+            #expect(report.targets.count >= 9)
+            #expect(report.table().contains("Targets (DESIGN.md)"))
+        }
+    }
+}
