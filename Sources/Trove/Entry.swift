@@ -64,3 +64,13 @@ public struct Entry: Sendable {
     /// The entry's byte cost.
     public var cost: Int { info.cost }
 }
+
+/// Milliseconds since 1970 of `date`, as the index and pack records store times.
+func milliseconds(_ date: Date) -> Int64 {
+    Int64((date.timeIntervalSince1970 * 1000).rounded())
+}
+
+/// The date of `milliseconds` since 1970.
+func date(milliseconds: Int64) -> Date {
+    Date(timeIntervalSince1970: Double(milliseconds) / 1000)
+}

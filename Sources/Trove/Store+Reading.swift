@@ -117,7 +117,7 @@ extension Store {
     private func dropDamaged(
         _ blob: BlobRow, key: CacheKey, reason: String, underlying: any Error & Sendable
     ) -> StoreError {
-        let dropped = (try? withWriter { w throws(StoreError) in try w.dropDamagedBlob(blob.id, store: self) }) ?? []
+        let dropped = (try? dropDamagedBlob(blob)) ?? []
         return StoreError(
             code: .corruptRecord,
             message: "\(key): \(reason); dropped \(dropped.count) entr\(dropped.count == 1 ? "y" : "ies") "

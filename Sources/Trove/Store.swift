@@ -35,15 +35,17 @@ public final class Store: Sendable {
     public let recoveryReport: RecoveryReport
 
     let packsDirectory: String
-    /// The writer: the index's write connection and the active segment. Holding this lock
-    /// *is* the write queue, so it is held across the pack append and the index statements of
-    /// one write (never across an await). Lock order: `writer` before `shared`.
-    let writer: Locked<Writer?>
+    /// The appender: active segment and queued writes. Held for one write's appends only.
+    /// Lock order: `committer`, then `appender`, then `shared`.
+    let appender: Locked<AppendState>
+    /// The committer: the index's write connection. Held for a whole commit cycle (fdatasync
+    /// and SQLite commit), which puts never wait for unless durability is `full`.
+    let committer: Locked<CommitState?>
     /// State shared by every operation; held for dictionary operations only, never across I/O.
     let shared = Locked(SharedState())
     let readers: ReaderPool
+    let background = BackgroundCommitter()
     private let processLock: Locked<ProcessLock?>
-    private let flusher = Locked<Task<Void, Never>?>(nil)
 
     /// The largest value a store accepts: 1 GiB less the 16 bytes of the blob record's hash.
     public static let maximumValueLength = Int(PackFormat.maximumBodyLength) - PackFormat.blobPrefixSize
@@ -77,93 +79,46 @@ public final class Store: Sendable {
         self.packsDirectory = directory + "/packs"
         try SystemCall.makeDirectories(directory)
         let lock = try ProcessLock(path: directory + "/LOCK")
-        let (writer, report) = try Self.openWriter(
-            directory: directory, packsDirectory: packsDirectory, configuration: configuration)
-        self.recoveryReport = report
-        self.shared.withLock { $0.segmentFiles[writer.pack.segment.id] = writer.pack.segment }
-        self.writer = Locked(writer)
+        let opened = try Self.recover(directory: directory, packsDirectory: packsDirectory, configuration: configuration)
+        self.recoveryReport = opened.report
+        self.shared.withLock { $0.segmentFiles[opened.pack.segment.id] = opened.pack.segment }
+        self.appender = Locked(AppendState(pack: opened.pack, nextSequence: opened.nextSequence))
+        self.committer = Locked(CommitState(index: opened.index, committedSequence: opened.nextSequence))
         self.readers = ReaderPool(path: directory + "/index.sqlite", capacity: configuration.readerConnections)
         self.processLock = Locked(lock)
-        startFlusher()
+        background.store = self
+        background.start(interval: min(configuration.batchInterval, configuration.accessTimeFlushInterval))
     }
 
     deinit {
         try? close()
     }
 
-    // MARK: Writing
-
-    /// Stores `data` under `key`, replacing any entry for the key.
-    ///
-    /// The bytes are hashed; if a blob with the same hash and length exists and its bytes
-    /// are equal, the key is linked to it and nothing is appended. Otherwise a blob record is
-    /// appended to the active segment. The write is visible to every reader in this process
-    /// when `put` returns; it is durable as ``Configuration/durability`` says.
-    ///
-    /// - Parameters:
-    ///   - data: the bytes, up to 1 GiB.
-    ///   - key: the entry's key.
-    ///   - metadata: ETag, Last-Modified and expiry to keep with the bytes.
-    /// - Throws: ``StoreError`` — `.valueTooLarge`, `.keyCollision`, `.io`, `.index`, `.closed`.
-    /// - Complexity: one XXH3-128 pass over `data`, one or two appends, a few indexed
-    ///   statements in the current group-commit transaction.
-    public func put(_ data: Data, for key: CacheKey, metadata: EntryMetadata = EntryMetadata()) throws {
-        try data.withUnsafeBytes { bytes in
-            try put(bytes, for: key, metadata: metadata)
-        }
-    }
-
-    /// Stores `bytes` under `key`; see ``put(_:for:metadata:)-(Data,_,_)``.
-    public func put(_ bytes: UnsafeRawBufferPointer, for key: CacheKey, metadata: EntryMetadata = EntryMetadata()) throws {
-        // Refuse what cannot be stored before spending a pass over it.
-        guard bytes.count <= Self.maximumValueLength else {
-            throw StoreError(
-                code: .valueTooLarge,
-                message: "\(key): \(bytes.count) bytes is over the limit of \(Self.maximumValueLength) bytes", key: key)
-        }
-        let hash = configuration.contentHasher(bytes)
-        try withWriter { w throws(StoreError) in
-            try w.put(bytes, hash: hash, key: key, metadata: metadata, store: self)
-        }
-    }
-
-    /// Removes the entry for `key`.
-    ///
-    /// - Returns: whether there was one.
-    @discardableResult
-    public func remove(_ key: CacheKey) throws -> Bool {
-        try withWriter { w throws(StoreError) in try w.remove([key], store: self) } == 1
-    }
-
-    /// Removes every entry of `url`: the original and all its variants.
-    ///
-    /// - Returns: how many entries were removed.
-    @discardableResult
-    public func removeAll(url: String) throws -> Int {
-        try withWriter { w throws(StoreError) in
-            let keys = try w.indexCall { try w.index.entries(url: url).map(\.entry.key) }
-            return try w.remove(keys, store: self)
-        }
-    }
-
-    /// Commits pending writes to the index now (and syncs them, unless durability is `none`).
+    /// Commits queued writes to the index now, and syncs them unless durability is `none`;
+    /// also writes pending read times.
     public func flush() throws {
-        try withWriter { w throws(StoreError) in try w.commit(store: self, flushReadTimes: true) }
+        try commitPending(flushReadTimes: true)
     }
 
-    /// Flushes pending writes and read times, then releases the directory.
+    /// Commits queued writes and read times, then releases the directory.
     ///
     /// Every call after `close` throws ``StoreError/Code/closed``. Closing twice is allowed.
     public func close() throws {
-        flusher.withLock { task in
-            task?.cancel()
-            task = nil
+        background.stop()
+        // No write is accepted from here on; the last cycle commits what was queued.
+        let wasOpen = appender.withLock { state in
+            defer { state.isClosed = true }
+            return !state.isClosed
         }
         var failure: (any Error)?
-        writer.withLock { slot in
-            guard let w = slot else { return }
-            do { try w.commit(store: self, flushReadTimes: true) } catch { failure = error }
-            try? w.index.checkpoint()
+        if wasOpen {
+            do { try commitPending(flushReadTimes: true) } catch { failure = error }
+        }
+        committer.withLock { slot in
+            if let state = slot {
+                state.isClosed = true
+                try? state.index.checkpoint()
+            }
             slot = nil
         }
         shared.withLock { state in
@@ -176,21 +131,13 @@ public final class Store: Sendable {
         if let failure { throw failure }
     }
 
-    /// The first error of background work (the group-commit timer), if any. It stays set
-    /// until the store is closed; the writes it concerns are retried at the next commit.
+    /// The first error of background work (the commit thread), if any. It stays set until the
+    /// store is closed; the writes it concerns stay queued and are retried at the next cycle.
     public var backgroundError: StoreError? {
         shared.withLock { $0.backgroundError }
     }
 
     // MARK: Internals
-
-    /// Runs `body` with the writer, or throws `.closed`.
-    func withWriter<T>(_ body: (Writer) throws(StoreError) -> T) throws(StoreError) -> T {
-        try writer.withLock { (slot) throws(StoreError) -> T in
-            guard let w = slot else { throw Self.closedError(directory) }
-            return try body(w)
-        }
-    }
 
     static func closedError(_ directory: String) -> StoreError {
         StoreError(code: .closed, message: "the store at \(directory) is closed")
@@ -216,30 +163,6 @@ public final class Store: Sendable {
         }
     }
 
-    private func startFlusher() {
-        let interval = min(configuration.batchInterval, configuration.accessTimeFlushInterval)
-        let task = Task.detached(priority: .utility) { [weak self] in
-            while !Task.isCancelled {
-                try? await Task.sleep(for: interval)
-                guard let self else { return }
-                self.flushInBackground()
-            }
-        }
-        flusher.withLock { $0 = task }
-    }
-
-    private func flushInBackground() {
-        do {
-            try writer.withLock { (slot) throws(StoreError) in
-                guard let w = slot else { return }
-                try w.commitIfDue(store: self, now: .now)
-            }
-        } catch {
-            shared.withLock { state in
-                if state.backgroundError == nil { state.backgroundError = error }
-            }
-        }
-    }
 }
 
 /// Milliseconds since 1970 from the system clock.

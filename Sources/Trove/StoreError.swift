@@ -1,4 +1,6 @@
 public import TroveCore
+import TroveIndex
+import TrovePack
 
 /// An error of a ``Store``.
 ///
@@ -50,3 +52,38 @@ public struct StoreError: Error, Sendable, CustomStringConvertible {
 
     public var description: String { message }
 }
+
+// Mapping the lower layers' errors to StoreError codes.
+extension StoreError {
+    init(index anyError: any Error) {
+        guard let error = anyError as? IndexError else {
+            self.init(pack: anyError)
+            return
+        }
+        switch error.code {
+        case .corrupt:
+            self.init(
+                code: .indexCorrupt,
+                message: "the index is damaged: \(error.message); run `trove fsck --rebuild-index`",
+                underlying: error)
+        case .schemaTooNew:
+            self.init(code: .schemaTooNew, message: error.message, underlying: error)
+        default:
+            self.init(code: .index, message: "index error: \(error)", underlying: error)
+        }
+    }
+
+    init(pack anyError: any Error) {
+        guard let error = anyError as? PackError else {
+            self.init(code: .io, message: "\(anyError)")
+            return
+        }
+        switch error.code {
+        case .recordTooLarge: self.init(code: .valueTooLarge, message: error.message, underlying: error)
+        case .corruptRecord, .truncatedRecord, .notASegment:
+            self.init(code: .corruptRecord, message: error.message, underlying: error)
+        default: self.init(code: .io, message: error.message, underlying: error)
+        }
+    }
+}
+

@@ -18,6 +18,13 @@ public struct ScannedRecord: Sendable {
     public var length: UInt64
     /// The decoded content.
     public var content: Content
+
+    /// Makes a record description (the writer describes what it appended the same way).
+    public init(offset: UInt64, length: UInt64, content: Content) {
+        self.offset = offset
+        self.length = length
+        self.content = content
+    }
 }
 
 /// What a scan found: where the valid records end and, if it stopped early, why.

@@ -19,14 +19,14 @@ import TroveTestSupport
             try store.put(Data("mine".utf8), for: key(1))
             try store.flush()
             // Plant a row for another URL under key(2)'s digest, as a crafted collision would.
-            try store.withWriter { w throws(StoreError) in
-                try w.indexCall {
-                    var row = try #require(try w.index.entry(digest: key(1).digest)).entry
-                    row.keyDigest = key(2).digest
-                    row.url = "https://attacker.example/collides"
-                    try w.index.link(row)
-                }
-                try w.commit(store: store, flushReadTimes: false)
+            try store.committer.withLock { state in
+                let index = try #require(state).index
+                var row = try #require(try index.entry(digest: key(1).digest)).entry
+                row.keyDigest = key(2).digest
+                row.url = "https://attacker.example/collides"
+                try index.begin()
+                try index.link(row)
+                try index.commit()
             }
             // A get for key(2) finds the digest but not its key: nothing is served.
             #expect(try store.data(for: key(2)) == nil)

@@ -10,15 +10,24 @@ import TrovePack
 // time does not grow with the number of entries.
 
 extension Store {
-    static func openWriter(
+    /// What opening a store produced: the index's write connection, the active segment, the
+    /// next sequence number and the report.
+    struct Opened {
+        var index: IndexDatabase
+        var pack: PackWriter
+        var nextSequence: UInt64
+        var report: RecoveryReport
+    }
+
+    static func recover(
         directory: String, packsDirectory: String, configuration: Configuration
-    ) throws(StoreError) -> (Writer, RecoveryReport) {
+    ) throws(StoreError) -> Opened {
         do {
             try PackDirectory.create(packsDirectory)
             let index = try IndexDatabase(path: directory + "/index.sqlite", readOnly: false)
             var recovery = Recovery(index: index, packs: packsDirectory, configuration: configuration)
-            let writer = try recovery.run()
-            return (writer, recovery.report)
+            let pack = try recovery.run()
+            return Opened(index: index, pack: pack, nextSequence: recovery.nextSequence, report: recovery.report)
         } catch let error as StoreError {
             throw error
         } catch {
@@ -42,7 +51,7 @@ struct Recovery {
         self.configuration = configuration
     }
 
-    mutating func run() throws -> Writer {
+    mutating func run() throws -> PackWriter {
         nextSequence = UInt64(max(0, try index.meta("sequence") ?? 0))
         let headerSize = UInt64(PackFormat.segmentHeaderSize)
         let rows = try index.segments()
@@ -88,9 +97,19 @@ struct Recovery {
 
         // 3. Replay unsealed segments past what the index reflects; cut torn tails.
         unsealed.sort { $0.id < $1.id }
+        let openFiles = Dictionary(unsealed.map { ($0.id, $0.file) }) { a, _ in a }
+        let packs = self.packs
+        let applier = IndexApplier(index: index, packs: packs) { id in
+            try openFiles[id] ?? SegmentFile.open(id: id, in: packs, writable: false)
+        }
         for segment in unsealed {
             let outcome = try SegmentScanner.scan(segment.file, from: segment.replayFrom) { record in
-                try replay(record, segment: segment.id)
+                switch record.content {
+                case .link(let link): nextSequence = max(nextSequence, link.sequence + 1)
+                case .tombstone(let tombstone): nextSequence = max(nextSequence, tombstone.sequence + 1)
+                case .blob: break
+                }
+                if try applier.apply(record, segment: segment.id) == .applied { report.replayedRecords += 1 }
             }
             if let defect = outcome.defect {
                 try segment.file.truncate(to: outcome.validEnd)
@@ -122,8 +141,7 @@ struct Recovery {
         }
         try index.setMeta("sequence", Int64(bitPattern: nextSequence))
         try index.commit()
-        let pack = PackWriter(segment: active, end: end, segmentSizeLimit: UInt64(max(configuration.segmentSize, 4096)))
-        return Writer(index: index, pack: pack, nextSequence: nextSequence)
+        return PackWriter(segment: active, end: end, segmentSizeLimit: UInt64(max(configuration.segmentSize, 4096)))
     }
 
     /// Opens a segment; a file whose header is not a valid segment header is renamed to
@@ -141,54 +159,6 @@ struct Recovery {
 
     private mutating func drop(segment: UInt32, beyond limit: UInt64) throws {
         report.droppedEntries += try index.dropRecords(segment: segment, beyond: limit).map(\.key)
-    }
-
-    /// Applies one record of an unsealed segment to the index. Idempotent: a record already
-    /// reflected (same location, or an entry with this or a newer sequence) changes nothing.
-    private mutating func replay(_ record: ScannedRecord, segment: UInt32) throws {
-        switch record.content {
-        case .blob(let hash, let length):
-            if try index.blob(segment: segment, offset: record.offset) == nil {
-                _ = try index.insertBlob(
-                    hash: hash, length: length, segment: segment, offset: record.offset, recordBytes: record.length)
-                report.replayedRecords += 1
-            }
-        case .link(let link):
-            nextSequence = max(nextSequence, link.sequence + 1)
-            let key = CacheKey(url: link.url, variant: link.variant)
-            let digest = key.digest
-            if let existing = try index.entry(digest: digest),
-                existing.entry.key != key || existing.entry.sequence >= link.sequence
-            {
-                return
-            }
-            guard let blob = try linkedBlob(link) else { return }
-            try index.link(
-                EntryRow(
-                    keyDigest: digest, url: link.url, variant: link.variant, blobID: blob.id, linkSegment: segment,
-                    linkOffset: record.offset, linkLength: record.length, sequence: link.sequence, etag: link.etag,
-                    lastModified: link.lastModified, expiresAt: link.expiresAt, createdAt: link.createdAt,
-                    accessedAt: link.createdAt, cost: Int64(link.blobLength)))
-            report.replayedRecords += 1
-        case .tombstone(let tombstone):
-            nextSequence = max(nextSequence, tombstone.sequence + 1)
-            let key = CacheKey(url: tombstone.url, variant: tombstone.variant)
-            if let existing = try index.entry(digest: key.digest), existing.entry.key == key,
-                existing.entry.sequence < tombstone.sequence
-            {
-                try index.removeEntry(digest: key.digest)
-                report.replayedRecords += 1
-            }
-        }
-    }
-
-    /// The blob a link names, at its recorded location. Never another blob with the same
-    /// hash: only the recorded one is known to hold the linked bytes.
-    private func linkedBlob(_ link: LinkRecord) throws -> BlobRow? {
-        guard let blob = try index.blob(segment: link.blobSegment, offset: link.blobOffset),
-            blob.hash == link.blobHash, blob.length == link.blobLength
-        else { return nil }
-        return blob
     }
 
     private func fileSize(_ path: String) -> UInt64? {

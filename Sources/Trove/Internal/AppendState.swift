@@ -1,0 +1,111 @@
+import TroveCore
+import TroveIndex
+import TrovePack
+
+/// A write appended to a pack segment but not yet applied to the index.
+struct PendingWrite {
+    /// The segment the record is in.
+    var segment: UInt32
+    /// The record, as the scanner would describe it.
+    var record: ScannedRecord
+}
+
+/// A content already appended in the open batch, found again by hash and length.
+struct PendingBlobKey: Hashable {
+    var hash: ContentHash
+    var length: UInt64
+}
+
+/// The appender: the active segment and the writes not yet in the index. Only ever used under
+/// `Store.appender`, which is held for one write's appends and nothing slower.
+///
+/// Invariant: `queue` holds, in append order, every record appended since the last commit
+/// cycle took its snapshot and not yet committed; every key with a queued write has a slot in
+/// the location map, so readers see the write before the index does.
+///
+/// `@unchecked Sendable`: reachable only through `Store.appender.withLock`.
+final class AppendState: @unchecked Sendable {
+    let pack: PackWriter
+    /// The sequence number of the next link or tombstone.
+    var nextSequence: UInt64
+    /// Appended, not yet committed.
+    var queue: [PendingWrite] = []
+    /// Blobs in `queue`, by hash and length, for deduplication before they reach the index.
+    var pendingBlobs: [PendingBlobKey: [BlobRow]] = [:]
+    /// Segments sealed by rotation since the last commit, with their final length.
+    var rotated: [(file: SegmentFile, end: UInt64)] = []
+    /// Segments created by rotation since the last commit.
+    var created: [UInt32] = []
+    /// Set by close(); every write after it throws ``StoreError/Code/closed``.
+    var isClosed = false
+
+    init(pack: PackWriter, nextSequence: UInt64) {
+        self.pack = pack
+        self.nextSequence = nextSequence
+    }
+
+    /// Seals the active segment and continues in a new one. The new file's header and the
+    /// directory entry are synced by the next commit cycle, before its row is committed.
+    func rotate(packs: String, createdAt: Int64) throws(StoreError) {
+        let old = pack.segment
+        let id = old.id + 1
+        let file: SegmentFile
+        do {
+            file = try SegmentFile.create(id: id, in: packs, createdAt: createdAt, synchronize: false)
+        } catch {
+            throw StoreError(pack: error)
+        }
+        rotated.append((old, pack.end))
+        created.append(id)
+        pack.rotate(to: file)
+    }
+
+    /// Queues a record appended at `offset` of the active segment.
+    func enqueue(offset: UInt64, length: UInt64, _ content: ScannedRecord.Content) {
+        queue.append(PendingWrite(segment: pack.segment.id, record: ScannedRecord(offset: offset, length: length, content: content)))
+    }
+}
+
+/// What a commit cycle takes from the appender, under its lock, in one step.
+struct CommitSnapshot {
+    var writes: [PendingWrite]
+    var rotated: [(file: SegmentFile, end: UInt64)]
+    var created: [UInt32]
+    var active: SegmentFile
+    /// The end of the active segment: everything before it is in `writes` or already indexed.
+    var end: UInt64
+    /// Every write with a lower sequence number is in this snapshot or already committed.
+    var sequence: UInt64
+
+    var isEmpty: Bool { writes.isEmpty && rotated.isEmpty && created.isEmpty }
+}
+
+extension AppendState {
+    func snapshot() -> CommitSnapshot {
+        CommitSnapshot(
+            writes: queue, rotated: rotated, created: created, active: pack.segment, end: pack.end, sequence: nextSequence)
+    }
+
+    /// Forgets what `snapshot` committed; returns the keys still waiting in the queue.
+    func release(_ snapshot: CommitSnapshot) -> Set<CacheKey> {
+        for write in queue.prefix(snapshot.writes.count) {
+            if case .blob(let hash, let length) = write.record.content {
+                let key = PendingBlobKey(hash: hash, length: length)
+                pendingBlobs[key]?.removeAll { $0.segment == write.segment && $0.offset == write.record.offset }
+                if pendingBlobs[key]?.isEmpty == true { pendingBlobs[key] = nil }
+            }
+        }
+        queue.removeFirst(snapshot.writes.count)
+        rotated.removeFirst(snapshot.rotated.count)
+        created.removeFirst(snapshot.created.count)
+        var waiting = Set<CacheKey>()
+        for write in queue {
+            switch write.record.content {
+            case .link(let link): waiting.insert(CacheKey(url: link.url, variant: link.variant))
+            case .tombstone(let t): waiting.insert(CacheKey(url: t.url, variant: t.variant))
+            case .blob: break
+            }
+        }
+        return waiting
+    }
+}

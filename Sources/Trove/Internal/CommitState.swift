@@ -1,0 +1,21 @@
+import TroveIndex
+
+/// The committer's side: the index's write connection and what has been committed. Only ever
+/// used under `Store.committer`, which serializes commit cycles (and is held across their
+/// fdatasync and SQLite commit — never the appender's lock, so puts go on meanwhile).
+///
+/// `@unchecked Sendable`: reachable only through `Store.committer.withLock`.
+final class CommitState: @unchecked Sendable {
+    let index: IndexDatabase
+    /// Every write with a lower sequence number is committed.
+    var committedSequence: UInt64
+    /// When read times were last written to the index.
+    var lastReadTimeFlush = ContinuousClock.now
+    /// Set by close().
+    var isClosed = false
+
+    init(index: IndexDatabase, committedSequence: UInt64) {
+        self.index = index
+        self.committedSequence = committedSequence
+    }
+}

@@ -1,0 +1,187 @@
+import Foundation
+import TroveCore
+import TroveIndex
+import TrovePack
+
+// The commit cycle: writes reach the index here, in batches, off the put path.
+//
+// One cycle: take a snapshot of the appender's queue (under its lock, briefly); fdatasync the
+// segments it touched (unless durability is `none`) with no lock but the committer's held, so
+// puts keep appending; apply the queued records to the index in one transaction, with the
+// active segment's indexed length and the sequence counter; commit; then release the
+// committed writes from the queue. The pack bytes are durable before the rows that point at
+// them are committed, and recovery replays whatever the index had not committed.
+
+extension Store {
+    /// Commits every queued write; with `through`, returns at once if that sequence number is
+    /// already committed (another caller's cycle covered it).
+    func commitPending(through target: UInt64? = nil, flushReadTimes: Bool = false) throws(StoreError) {
+        try committer.withLock { (state) throws(StoreError) in
+            guard let state, !state.isClosed else { throw Self.closedError(directory) }
+            if let target, state.committedSequence > target { return }
+            try commitCycle(state, flushReadTimes: flushReadTimes)
+        }
+    }
+
+    private func commitCycle(_ state: CommitState, flushReadTimes: Bool) throws(StoreError) {
+        let snapshot = appender.withLock { $0.snapshot() }
+        let now = ContinuousClock.now
+        var readTimes: [CacheKey: Int64] = [:]
+        if flushReadTimes || now - state.lastReadTimeFlush >= configuration.accessTimeFlushInterval {
+            readTimes = shared.withLock { shared in
+                defer { shared.readTimes.removeAll(keepingCapacity: true) }
+                return shared.readTimes
+            }
+            state.lastReadTimeFlush = now
+        }
+        guard !snapshot.isEmpty || !readTimes.isEmpty || snapshot.sequence != state.committedSequence else { return }
+        let index = state.index
+        do {
+            if configuration.durability != .none {
+                for sealed in snapshot.rotated { try sealed.file.synchronize() }
+                if !snapshot.writes.isEmpty || !snapshot.created.isEmpty { try snapshot.active.synchronize() }
+                if !snapshot.created.isEmpty { try PackDirectory.synchronize(packsDirectory) }
+            }
+            try index.begin()
+            do {
+                for id in snapshot.created {
+                    try index.insertSegment(id: id, indexedBytes: UInt64(PackFormat.segmentHeaderSize))
+                }
+                let applier = IndexApplier(index: index, packs: packsDirectory) { try self.segmentFile($0) }
+                for write in snapshot.writes { try applier.apply(write.record, segment: write.segment) }
+                for sealed in snapshot.rotated {
+                    try index.setIndexedBytes(sealed.end, segment: sealed.file.id)
+                    try index.sealSegment(sealed.file.id)
+                }
+                try index.setIndexedBytes(snapshot.end, segment: snapshot.active.id)
+                try index.setMeta("sequence", Int64(bitPattern: snapshot.sequence))
+                try index.touch(readTimes.map { (digest: $0.key.digest, accessedAt: $0.value) })
+                try index.commit()
+            } catch {
+                try? index.rollback()
+                throw error
+            }
+        } catch {
+            // The writes stay queued and the read times go back, for the next cycle.
+            shared.withLock { $0.readTimes.merge(readTimes) { max($0, $1) } }
+            throw StoreError(index: error)
+        }
+        state.committedSequence = snapshot.sequence
+        // Every slot of a committed write is answered by the index now; keep only the slots of
+        // writes still queued when the map is over its limit, and drop committed removals.
+        let limit = configuration.locationCacheLimit
+        appender.withLock { appender in
+            let waiting = appender.release(snapshot)
+            shared.withLock { shared in
+                if shared.slots.count > limit {
+                    shared.slots = shared.slots.filter { waiting.contains($0.key) }
+                } else {
+                    shared.slots = shared.slots.filter { slot in
+                        if case .removed = slot.value { waiting.contains(slot.key) } else { true }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drops the blob at `blob`'s location and every entry linked to it after its record failed
+    /// verification, and commits at once.
+    /// - Returns: the dropped keys.
+    func dropDamagedBlob(_ blob: BlobRow) throws(StoreError) -> [CacheKey] {
+        try committer.withLock { (state) throws(StoreError) -> [CacheKey] in
+            guard let state, !state.isClosed else { throw Self.closedError(directory) }
+            let index = state.index
+            let dropped: [CacheKey]
+            do {
+                try index.begin()
+                if let row = try index.blob(segment: blob.segment, offset: blob.offset) {
+                    dropped = try index.dropBlob(row.id).map(\.key)
+                } else {
+                    dropped = []
+                }
+                try index.commit()
+            } catch {
+                try? index.rollback()
+                throw StoreError(index: error)
+            }
+            shared.withLock { shared in
+                for key in dropped { shared.slots[key] = .removed }
+                shared.generation &+= 1
+            }
+            return dropped
+        }
+    }
+}
+
+/// The thread that runs commit cycles every ``Store/Configuration/batchInterval``, or at once
+/// when woken by a full batch — LevelDB's background-work shape: one thread, a wake-up
+/// condition, a shutting-down flag, and the first error kept for callers to see.
+///
+/// A dedicated thread, not a task: a cycle blocks in fdatasync, which must not hold a thread
+/// of the cooperative pool.
+final class BackgroundCommitter: @unchecked Sendable {
+    // `@unchecked Sendable`: `wakeRequested` and `shuttingDown` are read and written only with
+    // `condition` locked; `store` is weak and only read by the thread.
+    private let condition = NSCondition()
+    private var wakeRequested = false
+    private var shuttingDown = false
+    private let exited = DispatchSemaphore(value: 0)
+    private var thread: Thread?
+    weak var store: Store?
+
+    /// Starts the thread, which runs a cycle every `interval` until ``stop()``.
+    func start(interval: Duration) {
+        let seconds = Double(interval.components.seconds) + Double(interval.components.attoseconds) / 1e18
+        let thread = Thread { [self] in
+            while true {
+                condition.lock()
+                if !wakeRequested && !shuttingDown {
+                    _ = condition.wait(until: Date(timeIntervalSinceNow: seconds))
+                }
+                let stop = shuttingDown
+                wakeRequested = false
+                condition.unlock()
+                guard !stop, let store else { break }
+                store.commitInBackground()
+            }
+            exited.signal()
+        }
+        thread.name = "trove-committer"
+        self.thread = thread
+        thread.start()
+    }
+
+    /// Asks for a cycle now.
+    func wake() {
+        condition.lock()
+        wakeRequested = true
+        condition.signal()
+        condition.unlock()
+    }
+
+    /// Stops the thread and waits for it to finish its cycle — unless called on the thread
+    /// itself (the store's last reference can go on it), which then ends after this cycle.
+    func stop() {
+        guard let thread else { return }
+        condition.lock()
+        let alreadyStopped = shuttingDown
+        shuttingDown = true
+        condition.signal()
+        condition.unlock()
+        if !alreadyStopped && Thread.current != thread { exited.wait() }
+    }
+}
+
+extension Store {
+    func commitInBackground() {
+        do {
+            try commitPending()
+        } catch where error.code == .closed {
+            return
+        } catch {
+            shared.withLock { state in
+                if state.backgroundError == nil { state.backgroundError = error }
+            }
+        }
+    }
+}

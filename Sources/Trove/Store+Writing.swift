@@ -1,0 +1,188 @@
+public import Foundation
+public import TroveCore
+import TroveIndex
+import TrovePack
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+extension Store {
+    /// Stores `data` under `key`, replacing any entry for the key.
+    ///
+    /// The bytes are hashed; if a blob with the same hash and length exists and its bytes
+    /// are equal, the key is linked to it and only a small link record is appended. Otherwise
+    /// a blob record is appended to the active segment. The write is visible to every reader
+    /// in this process when `put` returns, and durable as ``Configuration/durability`` says:
+    /// `none` and `batched` return after the append (the index catches up in the background),
+    /// `full` returns after the bytes are synced and the index row is committed.
+    ///
+    /// - Parameters:
+    ///   - data: the bytes, at most ``maximumValueLength``.
+    ///   - key: the entry's key.
+    ///   - metadata: ETag, Last-Modified and expiry to keep with the bytes.
+    /// - Throws: ``StoreError`` — `.valueTooLarge`, `.keyCollision`, `.io`, `.index`, `.closed`.
+    /// - Complexity: one XXH3-128 pass over `data`, two indexed lookups on a reader
+    ///   connection, one or two `pwrite`s. No index write and no fsync on the caller's thread
+    ///   unless durability is `full`.
+    public func put(_ data: Data, for key: CacheKey, metadata: EntryMetadata = EntryMetadata()) throws {
+        try data.withUnsafeBytes { bytes in
+            try put(bytes, for: key, metadata: metadata)
+        }
+    }
+
+    /// Stores `bytes` under `key`; see ``put(_:for:metadata:)-(Data,_,_)``.
+    public func put(_ bytes: UnsafeRawBufferPointer, for key: CacheKey, metadata: EntryMetadata = EntryMetadata()) throws {
+        // Refuse what cannot be stored before spending a pass over it.
+        guard bytes.count <= Self.maximumValueLength else {
+            throw StoreError(
+                code: .valueTooLarge,
+                message: "\(key): \(bytes.count) bytes is over the limit of \(Self.maximumValueLength) bytes", key: key)
+        }
+        let hash = configuration.contentHasher(bytes)
+        let length = UInt64(bytes.count)
+        let digest = key.digest
+        // The committed index's view, read without any lock held.
+        let (existing, candidates) = try readIndex { index in
+            (try index.entry(digest: digest), try index.blobs(hash: hash, length: length))
+        }
+        if let existing, existing.entry.key != key {
+            throw StoreError(
+                code: .keyCollision,
+                message: "\(key) has the same 128-bit digest as the stored key \(existing.entry.key); not stored", key: key)
+        }
+        var equal = candidates.first { holds($0, bytes) }
+        let now = configuration.clock()
+        let (sequence, queued) = try withAppender { (state) throws(StoreError) -> (UInt64, Int) in
+            if equal == nil {
+                equal = state.pendingBlobs[PendingBlobKey(hash: hash, length: length)]?.first { holds($0, bytes) }
+            }
+            var link = LinkRecord(
+                url: key.url, variant: key.variant, blobHash: hash, blobLength: length, blobSegment: 0, blobOffset: 0,
+                sequence: state.nextSequence, createdAt: now, expiresAt: metadata.expiresAt.map(milliseconds),
+                etag: metadata.etag, lastModified: metadata.lastModified)
+            let linkLength = PackWriter.linkRecordLength(link)
+            let blobLength = PackWriter.blobRecordLength(payloadLength: bytes.count)
+            if state.pack.needsRotation(forAppending: (equal == nil ? blobLength : 0) + linkLength) {
+                try state.rotate(packs: packsDirectory, createdAt: now)
+            }
+            let blob: BlobRow
+            if let equal {
+                blob = equal
+            } else {
+                let offset = try packCall { try state.pack.appendBlob(hash: hash, payload: bytes) }
+                // id 0: not in the index yet; readers address blobs by location.
+                blob = BlobRow(
+                    id: 0, hash: hash, length: length, segment: state.pack.segment.id, offset: offset, recordBytes: blobLength,
+                    references: 0)
+                state.enqueue(offset: offset, length: blobLength, .blob(hash: hash, payloadLength: length))
+                state.pendingBlobs[PendingBlobKey(hash: hash, length: length), default: []].append(blob)
+            }
+            link.blobSegment = blob.segment
+            link.blobOffset = blob.offset
+            let linkOffset = try packCall { try state.pack.appendLink(link) }
+            state.enqueue(offset: linkOffset, length: linkLength, .link(link))
+            state.nextSequence += 1
+            let row = EntryRow(
+                keyDigest: digest, url: key.url, variant: key.variant, blobID: blob.id, linkSegment: state.pack.segment.id,
+                linkOffset: linkOffset, linkLength: linkLength, sequence: link.sequence, etag: metadata.etag,
+                lastModified: metadata.lastModified, expiresAt: link.expiresAt, createdAt: now, accessedAt: now,
+                cost: Int64(length))
+            shared.withLock { shared in
+                shared.slots[key] = .present(IndexedEntry(entry: row, blob: blob))
+                shared.generation &+= 1
+            }
+            return (link.sequence, state.queue.count)
+        }
+        try afterWrite(sequence: sequence, queued: queued)
+    }
+
+    /// Removes the entry for `key`.
+    ///
+    /// - Returns: whether there was one.
+    @discardableResult
+    public func remove(_ key: CacheKey) throws -> Bool {
+        try remove([key]) == 1
+    }
+
+    /// Removes every entry of `url`: the original and all its variants.
+    ///
+    /// - Returns: how many entries were removed.
+    @discardableResult
+    public func removeAll(url: String) throws -> Int {
+        var keys = Set(try readIndex { try $0.entries(url: url) }.map(\.entry.key))
+        try withAppender { (state) throws(StoreError) in
+            for write in state.queue {
+                if case .link(let link) = write.record.content, link.url == url {
+                    keys.insert(CacheKey(url: link.url, variant: link.variant))
+                }
+            }
+        }
+        return try remove(keys.sorted())
+    }
+
+    /// Appends a tombstone for each of `keys` that has an entry. Returns how many had one.
+    func remove(_ keys: [CacheKey]) throws(StoreError) -> Int {
+        var removed = 0
+        var last: (sequence: UInt64, queued: Int)?
+        for key in keys {
+            guard try locate(key, noteRead: false) != nil else { continue }
+            last = try withAppender { (state) throws(StoreError) -> (UInt64, Int) in
+                let tombstone = TombstoneRecord(
+                    url: key.url, variant: key.variant, sequence: state.nextSequence, removedAt: configuration.clock())
+                let body = RecordEncoder.body(of: tombstone)
+                let length = UInt64(PackFormat.recordHeaderSize + body.count)
+                if state.pack.needsRotation(forAppending: length) {
+                    try state.rotate(packs: packsDirectory, createdAt: tombstone.removedAt)
+                }
+                let offset = try packCall { try state.pack.appendTombstone(tombstone) }
+                state.enqueue(offset: offset, length: length, .tombstone(tombstone))
+                state.nextSequence += 1
+                shared.withLock { shared in
+                    shared.slots[key] = .removed
+                    shared.readTimes[key] = nil
+                    shared.generation &+= 1
+                }
+                return (tombstone.sequence, state.queue.count)
+            }
+            removed += 1
+        }
+        if let last { try afterWrite(sequence: last.sequence, queued: last.queued) }
+        return removed
+    }
+
+    /// After a write is queued: `full` commits it before returning (sharing one fdatasync with
+    /// every write queued meanwhile); otherwise a full batch wakes the committer, and a queue
+    /// far behind makes the writer wait for a commit (back-pressure, bounded memory).
+    private func afterWrite(sequence: UInt64, queued: Int) throws(StoreError) {
+        if configuration.durability == .full || queued >= configuration.batchSize * 8 {
+            try commitPending(through: sequence)
+        } else if queued >= configuration.batchSize {
+            background.wake()
+        }
+    }
+
+    /// Whether the stored blob `candidate` holds exactly `bytes`. A blob that cannot be read
+    /// holds nothing.
+    private func holds(_ candidate: BlobRow, _ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard let file = try? segmentFile(candidate.segment),
+            let stored = try? file.readBlob(at: candidate.offset, payloadLength: candidate.length, hash: candidate.hash)
+        else { return false }
+        return stored.withUnsafeBytes { s in
+            s.count == bytes.count && (s.count == 0 || memcmp(s.baseAddress!, bytes.baseAddress!, s.count) == 0)
+        }
+    }
+
+    /// Runs `body` with the appender, or throws `.closed`.
+    func withAppender<T>(_ body: (AppendState) throws(StoreError) -> T) throws(StoreError) -> T {
+        try appender.withLock { (state) throws(StoreError) -> T in
+            guard !state.isClosed else { throw Self.closedError(directory) }
+            return try body(state)
+        }
+    }
+
+    /// Runs a pack-layer call, mapping its error to a StoreError.
+    func packCall<T>(_ body: () throws -> T) throws(StoreError) -> T {
+        do { return try body() } catch { throw StoreError(pack: error) }
+    }
+}
