@@ -20,11 +20,15 @@ extension BenchmarkReport {
             var tail = ""
             if let metric = r.metric, let name = r.metricName { tail = "\(name) \(number(metric, 3))" }
             if !r.engine.hasPrefix("Trove") {
-                let trove = results.first {
-                    $0.workload == r.workload
-                        && $0.engine == (r.engine.hasSuffix("fsync") || r.engine.hasSuffix("FULL") ? "Trove full" : "Trove")
+                // Trove's ops/s over this baseline's, for each Trove level of like durability.
+                let durable = r.engine.hasSuffix("fsync") || r.engine.hasSuffix("FULL")
+                let peers = durable ? ["Trove full"] : ["Trove", "Trove none"]
+                let ratios = peers.compactMap { peer in
+                    results.first { $0.workload == r.workload && $0.engine == peer }.map {
+                        "\(peer == "Trove" ? "batched" : peer.dropFirst(6)) \(number($0.opsPerSecond / r.opsPerSecond, 2))×"
+                    }
                 }
-                if let trove { tail = "\(number(trove.opsPerSecond / r.opsPerSecond, 2))× " + tail }
+                tail = ratios.joined(separator: "  ") + (tail.isEmpty ? "" : "  " + tail)
             }
             lines.append(
                 pad(r.workload, 24) + pad(r.engine, 20) + pad(number(r.opsPerSecond, 0), 11, right: true)

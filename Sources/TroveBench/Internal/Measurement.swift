@@ -1,4 +1,8 @@
-import Foundation
+public import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Per-operation latencies and the wall time of a timed loop.
 struct Measurement {
@@ -30,6 +34,10 @@ func measure<T>(
 ) throws -> Measurement {
     var m = Measurement()
     m.latencies.reserveCapacity(count)
+    // Start every timed loop from a clean page cache: otherwise whoever runs next pays for the
+    // writeback of what earlier workloads left dirty, and the order of workloads decides the
+    // numbers.
+    sync()
     let clock = ContinuousClock()
     var total = Duration.zero
     for i in 0..<count {
@@ -61,10 +69,11 @@ struct SplitMix: RandomNumberGenerator {
 
 /// Makes values: slices of a pool of random bytes, each stamped with its id in its first
 /// eight bytes, so distinct ids give distinct contents (and incompressible ones, like images).
-struct ContentPool {
+public struct ContentPool: Sendable {
     private let pool: [UInt8]
 
-    init(size: Int = 8 << 20) {
+    /// Makes a pool of `size` random bytes (the same bytes every time).
+    public init(size: Int = 8 << 20) {
         var generator = SplitMix(state: 42)
         var bytes = [UInt8](repeating: 0, count: size)
         bytes.withUnsafeMutableBytes { raw in
@@ -74,7 +83,8 @@ struct ContentPool {
         pool = bytes
     }
 
-    func value(id: UInt64, size: Int) -> Data {
+    /// `size` bytes for `id`: the same id and size give the same bytes.
+    public func value(id: UInt64, size: Int) -> Data {
         precondition(size <= pool.count)
         let start = Int(id &* 7919 % UInt64(pool.count - size + 1))
         var data = Data(pool[start..<start + size])
@@ -85,7 +95,7 @@ struct ContentPool {
     }
 
     /// The id stamped into `data`.
-    static func id(of data: Data) -> UInt64? {
+    public static func id(of data: Data) -> UInt64? {
         guard data.count >= 8 else { return nil }
         return data.prefix(8).withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) }
     }

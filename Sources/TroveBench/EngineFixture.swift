@@ -1,0 +1,46 @@
+public import Foundation
+
+/// The three engines, each populated with the same small entries: the starting point of every
+/// workload, for `trove bench` and for the Benchmarks/ package alike.
+public final class EngineFixture {
+    /// The engines by name of their default setting: `Trove`, `FilePerEntry`, `SQLiteBlob`.
+    public let trove: TroveEngine
+    public let files: FilePerEntryEngine
+    public let sqlite: SQLiteBlobEngine
+    /// Where values come from.
+    public let pool = ContentPool()
+    /// The directory holding the engines.
+    public let directory: String
+
+    /// All three, for loops.
+    public var engines: [any BlobStoring] { [trove, files, sqlite] }
+
+    /// Creates the engines under `directory` and puts `population` entries of 4 KiB into each
+    /// (keys `pop-0` …; the same bytes in every engine and every run).
+    public init(directory: String, population: Int) throws {
+        self.directory = directory
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        trove = try TroveEngine(directory: directory + "/trove")
+        files = try FilePerEntryEngine(directory: directory + "/files")
+        sqlite = try SQLiteBlobEngine(directory: directory + "/sqlite")
+        for engine in [trove, files, sqlite] as [any BlobStoring] {
+            for i in 0..<population {
+                try engine.put(Self.populationValue(pool, i), key: Self.populationKey(i), etag: "p\(i)")
+            }
+            try engine.flush()
+        }
+    }
+
+    /// The key of the `i`-th population entry.
+    public static func populationKey(_ i: Int) -> String { "pop-\(i)" }
+
+    /// The value of the `i`-th population entry.
+    public static func populationValue(_ pool: ContentPool, _ i: Int) -> Data {
+        pool.value(id: UInt64(1_000_000_000 + i), size: 4096)
+    }
+
+    /// Closes the engines.
+    public func close() {
+        for engine in engines { try? engine.close() }
+    }
+}
