@@ -36,25 +36,22 @@ extension IndexDatabase {
     }
 
     func retainBlob(_ id: Int64) throws(IndexError) {
-        try connection.statement("UPDATE blobs SET refs = refs + 1 WHERE id = ?").run([.integer(id)])
         // 0 → 1: the blob record becomes live bytes of its segment.
-        if let (refs, segment, bytes) = try blobAccounting(id), refs == 1 {
+        let after = try connection.statement("UPDATE blobs SET refs = refs + 1 WHERE id = ? RETURNING refs, segment, record_bytes")
+            .first([.integer(id)]) { ($0.int64(0), UInt32(truncatingIfNeeded: $0.int64(1)), $0.int64(2)) }
+        if let (refs, segment, bytes) = after, refs == 1 {
             try addLiveBytes(bytes, segment: segment)
         }
     }
 
     func releaseBlob(_ id: Int64) throws(IndexError) {
-        try connection.statement("UPDATE blobs SET refs = refs - 1 WHERE id = ?").run([.integer(id)])
         // 1 → 0: the blob is dead; its bytes are garbage for the compactor.
-        if let (refs, segment, bytes) = try blobAccounting(id), refs <= 0 {
+        let after = try connection.statement("UPDATE blobs SET refs = refs - 1 WHERE id = ? RETURNING refs, segment, record_bytes")
+            .first([.integer(id)]) { ($0.int64(0), UInt32(truncatingIfNeeded: $0.int64(1)), $0.int64(2)) }
+        if let (refs, segment, bytes) = after, refs <= 0 {
             try addLiveBytes(-bytes, segment: segment)
             try connection.statement("DELETE FROM blobs WHERE id = ?").run([.integer(id)])
         }
-    }
-
-    private func blobAccounting(_ id: Int64) throws(IndexError) -> (Int64, UInt32, Int64)? {
-        try connection.statement("SELECT refs, segment, record_bytes FROM blobs WHERE id = ?")
-            .first([.integer(id)]) { ($0.int64(0), UInt32(truncatingIfNeeded: $0.int64(1)), $0.int64(2)) }
     }
 
     /// Deletes blobs that no entry links to (left by a replay that ended in removals).
@@ -69,6 +66,7 @@ extension IndexDatabase {
 
     /// Every segment row, by id.
     public func segments() throws(IndexError) -> [SegmentRow] {
+        try writeLiveByteDeltas()
         var out: [SegmentRow] = []
         try connection.statement("SELECT id, indexed_bytes, live_bytes, sealed FROM segments ORDER BY id").query {
             (r) throws(IndexError) in
@@ -98,11 +96,20 @@ extension IndexDatabase {
         try connection.statement("UPDATE segments SET sealed = 1 WHERE id = ?").run([.integer(Int64(id))])
     }
 
-    /// Changes the live bytes of segment `id` by `delta`.
+    /// Changes the live bytes of segment `id` by `delta` (written when the transaction commits).
     public func addLiveBytes(_ delta: Int64, segment id: UInt32) throws(IndexError) {
         guard delta != 0 else { return }
-        try connection.statement("UPDATE segments SET live_bytes = live_bytes + ? WHERE id = ?")
-            .run([.integer(delta), .integer(Int64(id))])
+        liveByteDeltas[id, default: 0] += delta
+    }
+
+    /// Writes the accumulated live-byte changes, one statement per segment.
+    func writeLiveByteDeltas() throws(IndexError) {
+        guard !liveByteDeltas.isEmpty else { return }
+        let update = try connection.statement("UPDATE segments SET live_bytes = live_bytes + ? WHERE id = ?")
+        for (id, delta) in liveByteDeltas.sorted(by: { $0.key < $1.key }) where delta != 0 {
+            try update.run([.integer(delta), .integer(Int64(id))])
+        }
+        liveByteDeltas.removeAll(keepingCapacity: true)
     }
 
     /// Drops every entry whose blob or link record in segment `id` ends past `limit`, and the
@@ -139,6 +146,7 @@ extension IndexDatabase {
 
     /// Deletes segment `id`'s row (its records must already be gone from the index).
     public func deleteSegment(_ id: UInt32) throws(IndexError) {
+        liveByteDeltas[id] = nil
         try connection.statement("DELETE FROM segments WHERE id = ?").run([.integer(Int64(id))])
     }
 }

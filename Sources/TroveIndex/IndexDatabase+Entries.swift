@@ -4,10 +4,14 @@ public import TroveCore
 // accounting), removal, access times, enumeration.
 
 extension IndexDatabase {
-    static let entryColumns = """
-        e.key_hash, e.url, e.variant, e.blob, e.link_segment, e.link_offset, e.link_length, e.sequence,
-        e.etag, e.last_modified, e.expires_at, e.created_at, e.accessed_at, e.cost
-        """
+    /// The entries columns that ``entryRow(_:)`` reads, in its order.
+    static let entryColumnNames = [
+        "key_hash", "url", "variant", "blob", "link_segment", "link_offset", "link_length", "sequence", "etag",
+        "last_modified", "expires_at", "created_at", "accessed_at", "cost",
+    ]
+    static let entryColumns = entryColumnNames.map { "e." + $0 }.joined(separator: ", ")
+    /// The same columns unqualified, for `RETURNING` (which takes no table names).
+    static let entryReturningColumns = entryColumnNames.joined(separator: ", ")
     static let blobColumns = "b.id, b.hash, b.length, b.segment, b.offset, b.record_bytes, b.refs"
 
     static func entryRow(_ r: SQLiteRow) -> EntryRow {
@@ -90,10 +94,9 @@ extension IndexDatabase {
     @discardableResult
     public func removeEntry(digest: ContentHash) throws(IndexError) -> EntryRow? {
         guard
-            let old = try connection.statement("SELECT \(Self.entryColumns) FROM entries e WHERE e.key_hash = ?")
+            let old = try connection.statement("DELETE FROM entries WHERE key_hash = ? RETURNING \(Self.entryReturningColumns)")
                 .first([.blob(digest.bytes)], Self.entryRow)
         else { return nil }
-        try connection.statement("DELETE FROM entries WHERE key_hash = ?").run([.blob(digest.bytes)])
         try addLiveBytes(-Int64(old.linkLength), segment: old.linkSegment)
         try releaseBlob(old.blobID)
         return old
@@ -121,7 +124,8 @@ extension IndexDatabase {
 
     /// Totals over entries, blobs and segments.
     public func totals() throws -> IndexTotals {
-        try reading {
+        try writeLiveByteDeltas()
+        return try reading {
             let entries = try connection.statement("SELECT count(*), coalesce(sum(cost), 0) FROM entries").first { ($0.int64(0), $0.int64(1)) }!
             let blobs = try connection.statement("SELECT count(*), coalesce(sum(length), 0) FROM blobs").first { ($0.int64(0), $0.int64(1)) }!
             let live = try connection.statement("SELECT coalesce(sum(live_bytes), 0) FROM segments").first { $0.int64(0) }!

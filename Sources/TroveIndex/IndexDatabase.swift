@@ -7,6 +7,9 @@
 /// and is not `Sendable`; the store keeps it behind a lock.
 public final class IndexDatabase {
     let connection: SQLiteConnection
+    /// Changes to segments' live bytes made in the open transaction, written once per segment
+    /// when it commits (a put would otherwise update its segment's row up to three times).
+    var liveByteDeltas: [UInt32: Int64] = [:]
 
     /// Opens the index at `path`.
     ///
@@ -67,15 +70,26 @@ public final class IndexDatabase {
     /// Starts a write transaction.
     public func begin() throws(IndexError) { try connection.statement("BEGIN IMMEDIATE").run() }
     /// Commits the open transaction.
-    public func commit() throws(IndexError) { try connection.statement("COMMIT").run() }
+    public func commit() throws(IndexError) {
+        try writeLiveByteDeltas()
+        try connection.statement("COMMIT").run()
+    }
+
     /// Rolls the open transaction back.
-    public func rollback() throws(IndexError) { try connection.statement("ROLLBACK").run() }
+    public func rollback() throws(IndexError) {
+        liveByteDeltas.removeAll()
+        try connection.statement("ROLLBACK").run()
+    }
     /// Marks a point inside the transaction that ``rollbackToSavepoint()`` returns to.
-    public func savepoint() throws(IndexError) { try connection.statement("SAVEPOINT write").run() }
+    public func savepoint() throws(IndexError) {
+        try writeLiveByteDeltas()
+        try connection.statement("SAVEPOINT write").run()
+    }
     /// Keeps the work since ``savepoint()``.
     public func releaseSavepoint() throws(IndexError) { try connection.statement("RELEASE write").run() }
     /// Undoes the work since ``savepoint()``; the transaction stays open.
     public func rollbackToSavepoint() throws(IndexError) {
+        liveByteDeltas.removeAll()
         try connection.statement("ROLLBACK TO write").run()
         try connection.statement("RELEASE write").run()
     }

@@ -52,8 +52,6 @@ enum IndexSchema {
         CREATE INDEX entries_by_url ON entries(url_hash);
         CREATE INDEX entries_by_access ON entries(accessed_at);
         CREATE INDEX entries_by_expiry ON entries(expires_at) WHERE expires_at IS NOT NULL;
-        CREATE INDEX entries_by_blob ON entries(blob);
-        CREATE INDEX entries_by_link ON entries(link_segment, link_offset);
         """
     ]
 }
