@@ -80,7 +80,7 @@ import TroveTestSupport
             let workloads = Set(report.results.map(\.workload))
             for name in [
                 "put 4KiB", "warm get 4KiB", "put 64KiB", "warm get 64KiB", "put 1MiB", "warm get 1MiB",
-                "mixed 90/10 Zipf", "dedup-heavy put 20KiB", "disk per payload 20KB", "get at 10000 entries",
+                "mixed 90/10 Zipf", "dedup-heavy put 20KiB", "disk per payload 20KB", "cold get at 10000 entries",
             ] {
                 #expect(workloads.contains(name), "\(name)")
             }

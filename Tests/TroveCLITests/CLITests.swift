@@ -113,3 +113,27 @@ import TroveTestSupport
         }
     }
 }
+
+@Suite struct BenchCommandTests {
+    func trove(_ arguments: [String]) throws -> ProcessOutput {
+        try runProcess(productsDirectory + "/trove", arguments)
+    }
+
+    @Test func refusesPlansTooSmallToMeanAnything() throws {
+        #expect(try trove(["bench", "--population", "5"]).status == 64)
+        #expect(try trove(["bench", "--scale-entries", "100"]).status == 64)
+    }
+
+    @Test func aQuickRunPrintsAReportWithEveryEngine() async throws {
+        try await withTemporaryDirectory { dir in
+            let run = try trove(["bench", "--quick", "--json", "--population", "300", "--scale-entries", "10000", "--directory", dir])
+            #expect(run.status == 0, "\(run.stderrText)")
+            let report = try #require(try JSONSerialization.jsonObject(with: run.stdout) as? [String: Any])
+            let results = try #require(report["results"] as? [[String: Any]])
+            let engines = Set(results.compactMap { $0["engine"] as? String })
+            #expect(engines.isSuperset(of: ["Trove", "Trove none", "Trove full", "FilePerEntry", "SQLiteBlob"]))
+            #expect((report["targets"] as? [Any])?.isEmpty == false)
+            #expect(run.stderrText.contains("bench: populating each engine"))
+        }
+    }
+}
