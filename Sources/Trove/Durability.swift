@@ -7,12 +7,13 @@
 public enum Durability: String, Sendable, CaseIterable, CustomStringConvertible {
     /// Never fsync. A power loss can lose any writes the kernel had not yet written back.
     case none
-    /// Group commit: the pack is fdatasynced and the index committed every
+    /// The committer thread fdatasyncs the pack and commits the index every
     /// ``Store/Configuration/batchInterval`` or ``Store/Configuration/batchSize`` writes,
-    /// whichever comes first. A power loss can lose the writes of the last open batch. The default.
+    /// whichever comes first. A power loss can lose the writes not yet synced (normally the
+    /// last 10 ms; at most eight batches under load). The default.
     case batched
-    /// Every put and remove is fdatasynced before it returns. A power loss loses nothing
-    /// that was acknowledged.
+    /// Every put and remove is fdatasynced and committed before it returns; concurrent writers
+    /// share one fdatasync. A power loss loses nothing that was acknowledged.
     case full
 
     public var description: String { rawValue }

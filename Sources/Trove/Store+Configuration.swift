@@ -10,11 +10,12 @@ extension Store {
         /// Default: 64 MiB. A larger blob gets a segment of its own.
         public var segmentSize: Int64 = 64 << 20
 
-        /// The longest a write waits for its group commit under ``Durability/batched`` (and for
-        /// its index commit under ``Durability/none``). Default: 10 ms.
+        /// How often the committer thread syncs queued writes (``Durability/batched``) and applies
+        /// them to the index. Default: 10 ms.
         public var batchInterval: Duration = .milliseconds(10)
 
-        /// Writes that trigger a group commit before ``batchInterval`` ends. Default: 256.
+        /// Queued writes that wake the committer before ``batchInterval`` ends. Default: 256.
+        /// Eight times as many make writers run a commit cycle themselves (back-pressure).
         public var batchSize: Int = 256
 
         /// How often read times are written to the index; reads never wait for it.

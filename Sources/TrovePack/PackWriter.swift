@@ -2,7 +2,7 @@ public import TroveCore
 
 /// Appends records to the active segment.
 ///
-/// Not thread-safe: one owner (the store's writer) serializes every call. The end offset only
+/// Not thread-safe: one owner (the store's appender) serializes every call. The end offset only
 /// advances after a write succeeded, so a failed write is overwritten by the next one.
 public final class PackWriter {
     /// The segment records are appended to.

@@ -2,7 +2,7 @@ import CSQLite
 
 /// One SQLite connection: owns its `sqlite3` handle and a cache of prepared statements.
 ///
-/// Confined to one owner at a time (the store's writer, or one reader taken from a pool):
+/// Confined to one owner at a time (the store's committer, or one reader taken from a pool):
 /// it is not `Sendable`, and the owner serializes every call.
 final class SQLiteConnection {
     private let handle: OpaquePointer
