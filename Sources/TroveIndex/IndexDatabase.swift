@@ -81,19 +81,6 @@ public final class IndexDatabase {
         liveByteDeltas.removeAll()
         try connection.statement("ROLLBACK").run()
     }
-    /// Marks a point inside the transaction that ``rollbackToSavepoint()`` returns to.
-    public func savepoint() throws(IndexError) {
-        try writeLiveByteDeltas()
-        try connection.statement("SAVEPOINT write").run()
-    }
-    /// Keeps the work since ``savepoint()``.
-    public func releaseSavepoint() throws(IndexError) { try connection.statement("RELEASE write").run() }
-    /// Undoes the work since ``savepoint()``; the transaction stays open.
-    public func rollbackToSavepoint() throws(IndexError) {
-        liveByteDeltas.removeAll()
-        try connection.statement("ROLLBACK TO write").run()
-        try connection.statement("RELEASE write").run()
-    }
     /// Whether a transaction is open.
     public var isInTransaction: Bool { connection.isInTransaction }
 

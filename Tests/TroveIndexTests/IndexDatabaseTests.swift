@@ -147,17 +147,20 @@ import TroveTestSupport
         }
     }
 
-    @Test func savepointRollsBackOneWrite() async throws {
+    @Test func aRolledBackTransactionLeavesNoLiveBytesBehind() async throws {
         try await withTemporaryDirectory { dir in
             let index = try IndexDatabase(path: dir + "/i.sqlite", readOnly: false)
-            try index.begin()
             try index.insertSegment(id: 1, indexedBytes: 32)
-            try index.savepoint()
-            try index.insertSegment(id: 2, indexedBytes: 32)
-            try index.rollbackToSavepoint()
-            #expect(index.isInTransaction)
+            try index.begin()
+            let blob = try index.insertBlob(hash: ContentHash(high: 1, low: 1), length: 10, segment: 1, offset: 32, recordBytes: 50)
+            try index.link(entry("a", blob: blob))
+            try index.rollback()
+            // A later commit must not write the rolled-back transaction's accumulated deltas.
+            try index.begin()
+            try index.setIndexedBytes(64, segment: 1)
             try index.commit()
-            #expect(try index.segments().map(\.id) == [1])
+            #expect(try index.segments().first?.liveBytes == 0)
+            #expect(try index.totals().entries == 0)
         }
     }
 }
