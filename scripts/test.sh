@@ -3,7 +3,9 @@
 #   1. installs the system libraries Trove needs (scripts/bootstrap.sh);
 #   2. builds and runs every test (swift test);
 #   3. runs the concurrency, store and crash suites again under ThreadSanitizer
-#      (skip with TROVE_SKIP_TSAN=1).
+#      (skip with TROVE_SKIP_TSAN=1);
+#   4. builds the Benchmarks/ package, so the benchmarks keep compiling against the library
+#      (skip with TROVE_SKIP_BENCHMARKS_BUILD=1; running them is `trove bench`, not a test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,4 +17,9 @@ swift test
 if [ "${TROVE_SKIP_TSAN:-0}" != "1" ]; then
   echo "== ThreadSanitizer: concurrency, store and crash suites"
   swift test --sanitize=thread --scratch-path .build-tsan --filter "ConcurrencyTests|StoreTests|CrashTests"
+fi
+
+if [ "${TROVE_SKIP_BENCHMARKS_BUILD:-0}" != "1" ]; then
+  echo "== Building the Benchmarks/ package"
+  swift build --package-path Benchmarks
 fi
