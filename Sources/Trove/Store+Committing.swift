@@ -47,7 +47,7 @@ extension Store {
                 for id in snapshot.created {
                     try index.insertSegment(id: id, indexedBytes: UInt64(PackFormat.segmentHeaderSize))
                 }
-                let applier = IndexApplier(index: index, packs: packsDirectory) { try self.segmentFile($0) }
+                let applier = IndexApplier(index: index)
                 for write in snapshot.writes { try applier.apply(write.record, segment: write.segment) }
                 for sealed in snapshot.rotated {
                     try index.setIndexedBytes(sealed.end, segment: sealed.file.id)
@@ -84,8 +84,8 @@ extension Store {
         }
     }
 
-    /// Drops the blob at `blob`'s location and every entry linked to it after its record failed
-    /// verification, and commits at once.
+    /// Drops `blob` and every entry linked to it after its record failed verification, and
+    /// commits at once.
     /// - Returns: the dropped keys.
     func dropDamagedBlob(_ blob: BlobRow) throws(StoreError) -> [CacheKey] {
         try committer.withLock { (state) throws(StoreError) -> [CacheKey] in
@@ -94,11 +94,7 @@ extension Store {
             let dropped: [CacheKey]
             do {
                 try index.begin()
-                if let row = try index.blob(segment: blob.segment, offset: blob.offset) {
-                    dropped = try index.dropBlob(row.id).map(\.key)
-                } else {
-                    dropped = []
-                }
+                dropped = try index.dropBlob(blob.id).map(\.key)
                 try index.commit()
             } catch {
                 try? index.rollback()

@@ -104,7 +104,7 @@ extension Store {
             throw dropDamaged(blob, key: key, reason: error.message, underlying: error)
         }
         do {
-            return try file.readBlob(at: blob.offset, payloadLength: blob.length, hash: blob.hash)
+            return try file.readBlob(at: blob.offset, payloadLength: blob.length, hash: blob.hash, id: UInt64(bitPattern: blob.id))
         } catch {
             guard let error = error as? PackError, error.code == .corruptRecord || error.code == .truncatedRecord else {
                 throw StoreError(pack: error)

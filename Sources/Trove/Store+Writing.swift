@@ -58,9 +58,9 @@ extension Store {
                 equal = state.pendingBlobs[PendingBlobKey(hash: hash, length: length)]?.first { holds($0, bytes) }
             }
             var link = LinkRecord(
-                url: key.url, variant: key.variant, blobHash: hash, blobLength: length, blobSegment: 0, blobOffset: 0,
-                sequence: state.nextSequence, createdAt: now, expiresAt: metadata.expiresAt.map(milliseconds),
-                etag: metadata.etag, lastModified: metadata.lastModified)
+                url: key.url, variant: key.variant, blobHash: hash, blobLength: length, blobID: 0, sequence: 0,
+                createdAt: now, expiresAt: metadata.expiresAt.map(milliseconds), etag: metadata.etag,
+                lastModified: metadata.lastModified)
             let linkLength = PackWriter.linkRecordLength(link)
             let blobLength = PackWriter.blobRecordLength(payloadLength: bytes.count)
             if state.pack.needsRotation(forAppending: (equal == nil ? blobLength : 0) + linkLength) {
@@ -70,16 +70,18 @@ extension Store {
             if let equal {
                 blob = equal
             } else {
-                let offset = try packCall { try state.pack.appendBlob(hash: hash, payload: bytes) }
-                // id 0: not in the index yet; readers address blobs by location.
+                // A new blob's id is the next sequence number: unique for the store's life.
+                let id = state.nextSequence
+                let offset = try packCall { try state.pack.appendBlob(hash: hash, id: id, payload: bytes) }
+                state.nextSequence += 1
                 blob = BlobRow(
-                    id: 0, hash: hash, length: length, segment: state.pack.segment.id, offset: offset, recordBytes: blobLength,
-                    references: 0)
-                state.enqueue(offset: offset, length: blobLength, .blob(hash: hash, payloadLength: length))
+                    id: Int64(bitPattern: id), hash: hash, length: length, segment: state.pack.segment.id, offset: offset,
+                    recordBytes: blobLength, references: 0)
+                state.enqueue(offset: offset, length: blobLength, .blob(hash: hash, id: id, payloadLength: length))
                 state.pendingBlobs[PendingBlobKey(hash: hash, length: length), default: []].append(blob)
             }
-            link.blobSegment = blob.segment
-            link.blobOffset = blob.offset
+            link.blobID = UInt64(bitPattern: blob.id)
+            link.sequence = state.nextSequence
             let linkOffset = try packCall { try state.pack.appendLink(link) }
             state.enqueue(offset: linkOffset, length: linkLength, .link(link))
             state.nextSequence += 1
@@ -166,7 +168,8 @@ extension Store {
     /// holds nothing.
     private func holds(_ candidate: BlobRow, _ bytes: UnsafeRawBufferPointer) -> Bool {
         guard let file = try? segmentFile(candidate.segment),
-            let stored = try? file.readBlob(at: candidate.offset, payloadLength: candidate.length, hash: candidate.hash)
+            let stored = try? file.readBlob(
+                at: candidate.offset, payloadLength: candidate.length, hash: candidate.hash, id: UInt64(bitPattern: candidate.id))
         else { return false }
         return stored.withUnsafeBytes { s in
             s.count == bytes.count && (s.count == 0 || memcmp(s.baseAddress!, bytes.baseAddress!, s.count) == 0)

@@ -15,24 +15,22 @@ extension IndexDatabase {
         return out
     }
 
-    /// The blob at `offset` of `segment`, if the index has one there.
-    public func blob(segment: UInt32, offset: UInt64) throws(IndexError) -> BlobRow? {
-        try connection.statement("SELECT \(Self.blobColumns) FROM blobs b WHERE b.segment = ? AND b.offset = ?")
-            .first([.integer(Int64(segment)), .integer(Int64(offset))]) { Self.blobRow($0, from: 0) }
+    /// The blob with id `id`.
+    public func blob(id: Int64) throws(IndexError) -> BlobRow? {
+        try connection.statement("SELECT \(Self.blobColumns) FROM blobs b WHERE b.id = ?")
+            .first([.integer(id)]) { Self.blobRow($0, from: 0) }
     }
 
-    /// Adds a blob row with no references yet; it becomes live when an entry links to it.
-    /// - Returns: the new row's id.
+    /// Adds blob `id` with no references yet; it becomes live when an entry links to it.
     public func insertBlob(
-        hash: ContentHash, length: UInt64, segment: UInt32, offset: UInt64, recordBytes: UInt64
-    ) throws(IndexError) -> Int64 {
+        id: Int64, hash: ContentHash, length: UInt64, segment: UInt32, offset: UInt64, recordBytes: UInt64
+    ) throws(IndexError) {
         try connection.statement(
-            "INSERT INTO blobs(hash, length, segment, offset, record_bytes, refs) VALUES (?, ?, ?, ?, ?, 0)"
+            "INSERT INTO blobs(id, hash, length, segment, offset, record_bytes, refs) VALUES (?, ?, ?, ?, ?, ?, 0)"
         ).run([
-            .blob(hash.bytes), .integer(Int64(length)), .integer(Int64(segment)), .integer(Int64(offset)),
-            .integer(Int64(recordBytes)),
+            .integer(id), .blob(hash.bytes), .integer(Int64(length)), .integer(Int64(segment)),
+            .integer(Int64(offset)), .integer(Int64(recordBytes)),
         ])
-        return connection.lastInsertRowID
     }
 
     func retainBlob(_ id: Int64) throws(IndexError) {
@@ -45,21 +43,13 @@ extension IndexDatabase {
     }
 
     func releaseBlob(_ id: Int64) throws(IndexError) {
-        // 1 → 0: the blob is dead; its bytes are garbage for the compactor.
+        // 1 → 0: the blob is dead; its bytes are garbage for the compactor, which also deletes
+        // the row when it reclaims them. Until then a put of equal bytes may link to it again.
         let after = try connection.statement("UPDATE blobs SET refs = refs - 1 WHERE id = ? RETURNING refs, segment, record_bytes")
             .first([.integer(id)]) { ($0.int64(0), UInt32(truncatingIfNeeded: $0.int64(1)), $0.int64(2)) }
-        if let (refs, segment, bytes) = after, refs <= 0 {
+        if let (refs, segment, bytes) = after, refs == 0 {
             try addLiveBytes(-bytes, segment: segment)
-            try connection.statement("DELETE FROM blobs WHERE id = ?").run([.integer(id)])
         }
-    }
-
-    /// Deletes blobs that no entry links to (left by a replay that ended in removals).
-    /// - Returns: how many were deleted.
-    @discardableResult
-    public func deleteUnreferencedBlobs() throws(IndexError) -> Int {
-        try connection.statement("DELETE FROM blobs WHERE refs <= 0").run()
-        return connection.changes
     }
 
     // MARK: Segments

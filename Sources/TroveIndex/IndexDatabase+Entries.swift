@@ -127,7 +127,7 @@ extension IndexDatabase {
         try writeLiveByteDeltas()
         return try reading {
             let entries = try connection.statement("SELECT count(*), coalesce(sum(cost), 0) FROM entries").first { ($0.int64(0), $0.int64(1)) }!
-            let blobs = try connection.statement("SELECT count(*), coalesce(sum(length), 0) FROM blobs").first { ($0.int64(0), $0.int64(1)) }!
+            let blobs = try connection.statement("SELECT count(*), coalesce(sum(length), 0) FROM blobs WHERE refs > 0").first { ($0.int64(0), $0.int64(1)) }!
             let live = try connection.statement("SELECT coalesce(sum(live_bytes), 0) FROM segments").first { $0.int64(0) }!
             return IndexTotals(
                 entries: entries.0, blobs: blobs.0, entryPayloadBytes: entries.1, blobPayloadBytes: blobs.1,

@@ -10,7 +10,7 @@ public struct EntryRow: Hashable, Sendable {
     public var url: String
     /// The key's variant text.
     public var variant: String
-    /// The id of the blob row the entry links to.
+    /// The id of the blob the entry links to.
     public var blobID: Int64
     /// Where the entry's link record is.
     public var linkSegment: UInt32
@@ -61,7 +61,7 @@ public struct EntryRow: Hashable, Sendable {
 
 /// One row of the blobs table: content stored once, and how many entries link to it.
 public struct BlobRow: Hashable, Sendable {
-    /// The row id.
+    /// The blob id (from the blob record; the row id).
     public var id: Int64
     /// The content hash.
     public var hash: ContentHash
@@ -73,7 +73,8 @@ public struct BlobRow: Hashable, Sendable {
     public var offset: UInt64
     /// The blob record's total length on disk.
     public var recordBytes: UInt64
-    /// How many entries link to the blob.
+    /// How many entries link to the blob. A blob with none keeps its row until the compactor
+    /// reclaims its bytes, so a put of the same bytes can still link to it.
     public var references: Int64
 
     /// Makes a row.
@@ -121,11 +122,11 @@ public struct SegmentRow: Hashable, Sendable {
 public struct IndexTotals: Hashable, Sendable {
     /// Number of entries.
     public var entries: Int64
-    /// Number of blobs.
+    /// Number of blobs that entries link to.
     public var blobs: Int64
     /// Sum of the entries' payload lengths (what a non-deduplicating store would hold).
     public var entryPayloadBytes: Int64
-    /// Sum of the blobs' payload lengths (what is stored).
+    /// Sum of the linked blobs' payload lengths (what is stored for entries).
     public var blobPayloadBytes: Int64
     /// Sum of the segments' live bytes.
     public var liveBytes: Int64

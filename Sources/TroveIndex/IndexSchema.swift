@@ -21,7 +21,8 @@ enum IndexSchema {
         );
 
         CREATE TABLE blobs(
-            id INTEGER PRIMARY KEY,
+            id INTEGER PRIMARY KEY, -- the blob id written in the blob record
+
             hash BLOB NOT NULL,
             length INTEGER NOT NULL,
             segment INTEGER NOT NULL,
@@ -30,7 +31,6 @@ enum IndexSchema {
             refs INTEGER NOT NULL DEFAULT 0
         );
         CREATE INDEX blobs_by_hash ON blobs(hash);
-        CREATE UNIQUE INDEX blobs_by_location ON blobs(segment, offset);
 
         CREATE TABLE entries(
             key_hash BLOB PRIMARY KEY,

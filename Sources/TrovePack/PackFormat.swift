@@ -17,8 +17,8 @@ public enum PackFormat {
     /// Bytes of the header that the checksum's seed covers (everything before the checksum).
     public static let checksummedHeaderPrefix = 16
 
-    /// A blob body starts with the 16-byte content hash; the payload follows.
-    public static let blobPrefixSize = 16
+    /// A blob body starts with the 16-byte content hash and the 8-byte blob id; the payload follows.
+    public static let blobPrefixSize = 24
     /// Fixed part of a link body, before its four length-prefixed strings.
     public static let linkFixedSize = 64
     /// Fixed part of a tombstone body, before its two length-prefixed strings.

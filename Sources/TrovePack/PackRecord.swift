@@ -10,10 +10,9 @@ public struct LinkRecord: Hashable, Sendable {
     public var blobHash: ContentHash
     /// The payload length of the linked blob.
     public var blobLength: UInt64
-    /// Where the linked blob record was when the link was written.
-    public var blobSegment: UInt32
-    /// The offset of the linked blob record in `blobSegment`.
-    public var blobOffset: UInt64
+    /// The id of the linked blob: store-unique, kept when the compactor moves the blob, so a
+    /// link stays valid wherever its blob is.
+    public var blobID: UInt64
     /// The store-wide sequence number of this write: of two records for one key, the higher
     /// sequence is the newer, wherever compaction has moved them.
     public var sequence: UInt64
@@ -28,16 +27,15 @@ public struct LinkRecord: Hashable, Sendable {
 
     /// Makes a link record.
     public init(
-        url: String, variant: String, blobHash: ContentHash, blobLength: UInt64,
-        blobSegment: UInt32, blobOffset: UInt64, sequence: UInt64, createdAt: Int64, expiresAt: Int64? = nil,
+        url: String, variant: String, blobHash: ContentHash, blobLength: UInt64, blobID: UInt64,
+        sequence: UInt64, createdAt: Int64, expiresAt: Int64? = nil,
         etag: String? = nil, lastModified: String? = nil
     ) {
         self.url = url
         self.variant = variant
         self.blobHash = blobHash
         self.blobLength = blobLength
-        self.blobSegment = blobSegment
-        self.blobOffset = blobOffset
+        self.blobID = blobID
         self.sequence = sequence
         self.createdAt = createdAt
         self.expiresAt = expiresAt
@@ -91,13 +89,13 @@ public enum RecordEncoder {
         var w = ByteWriter(capacity: PackFormat.linkFixedSize + 16 + link.url.utf8.count)
         w.append(contentsOf: link.blobHash.bytes)
         w.append(link.blobLength)
-        w.append(link.blobSegment)
         var flags: UInt32 = 0
         if link.expiresAt != nil { flags |= 1 }
         if link.etag != nil { flags |= 2 }
         if link.lastModified != nil { flags |= 4 }
         w.append(flags)
-        w.append(link.blobOffset)
+        w.append(UInt32(0))
+        w.append(link.blobID)
         w.append(link.sequence)
         w.append(link.createdAt)
         w.append(link.expiresAt ?? 0)
@@ -169,16 +167,14 @@ public enum RecordDecoder {
     public static func link(_ body: UnsafeRawBufferPointer) -> LinkRecord? {
         var r = ByteReader(body)
         guard let hashBytes = r.readBytes(16), let hash = ContentHash(bytes: hashBytes),
-            let length = r.readUInt64(), let segment = r.readUInt32(),
-            let flags = r.readUInt32(), flags & ~7 == 0,
-            let offset = r.readUInt64(), let sequence = r.readUInt64(),
+            let length = r.readUInt64(), let flags = r.readUInt32(), flags & ~7 == 0, r.readUInt32() == 0,
+            let blobID = r.readUInt64(), let sequence = r.readUInt64(),
             let created = r.readInt64(), let expires = r.readInt64(),
             let url = r.readString(), let variant = r.readString(),
             let etag = r.readString(), let lastModified = r.readString(), r.remaining == 0
         else { return nil }
         return LinkRecord(
-            url: url, variant: variant, blobHash: hash, blobLength: length, blobSegment: segment,
-            blobOffset: offset, sequence: sequence, createdAt: created, expiresAt: flags & 1 != 0 ? expires : nil,
+            url: url, variant: variant, blobHash: hash, blobLength: length, blobID: blobID, sequence: sequence, createdAt: created, expiresAt: flags & 1 != 0 ? expires : nil,
             etag: flags & 2 != 0 ? etag : nil, lastModified: flags & 4 != 0 ? lastModified : nil)
     }
 
@@ -191,10 +187,12 @@ public enum RecordDecoder {
         return TombstoneRecord(url: url, variant: variant, sequence: sequence, removedAt: removed)
     }
 
-    /// Reads the content hash at the start of a blob body.
-    public static func blobHash(_ body: UnsafeRawBufferPointer) -> ContentHash? {
-        guard body.count >= PackFormat.blobPrefixSize else { return nil }
-        return ContentHash(bytes: UnsafeRawBufferPointer(rebasing: body[0..<16]))
+    /// Reads the content hash and blob id at the start of a blob body.
+    public static func blobIdentity(_ body: UnsafeRawBufferPointer) -> (hash: ContentHash, id: UInt64)? {
+        guard body.count >= PackFormat.blobPrefixSize,
+            let hash = ContentHash(bytes: UnsafeRawBufferPointer(rebasing: body[0..<16]))
+        else { return nil }
+        return (hash, body.loadLE(UInt64.self, at: 16))
     }
 }
 

@@ -36,10 +36,10 @@ public final class PackWriter {
         UInt64(PackFormat.recordHeaderSize + PackFormat.blobPrefixSize + payloadLength)
     }
 
-    /// Appends a blob record and returns its offset.
+    /// Appends a blob record for blob `id` and returns its offset.
     ///
     /// - Throws: ``PackError/Code/recordTooLarge`` for payloads over the format's limit.
-    public func appendBlob(hash: ContentHash, payload: UnsafeRawBufferPointer) throws -> UInt64 {
+    public func appendBlob(hash: ContentHash, id: UInt64, payload: UnsafeRawBufferPointer) throws -> UInt64 {
         guard UInt64(payload.count + PackFormat.blobPrefixSize) <= PackFormat.maximumBodyLength else {
             throw PackError(
                 code: .recordTooLarge,
@@ -47,11 +47,18 @@ public final class PackWriter {
                     + "\(PackFormat.maximumBodyLength - UInt64(PackFormat.blobPrefixSize)) bytes",
                 path: segment.path)
         }
-        let prefix = hash.bytes
+        var prefix = hash.bytes
+        withUnsafeBytes(of: id.littleEndian) { prefix.append(contentsOf: $0) }
         return try prefix.withUnsafeBytes { p in
             let header = RecordEncoder.header(type: .blob, bodyParts: [p, payload])
             return try header.withUnsafeBytes { h in try append([h, p, payload]) }
         }
+    }
+
+    /// Appends `record`, a whole record read from another segment, unchanged (the compactor
+    /// copies live records forward); returns its offset.
+    public func appendCopy(_ record: [UInt8]) throws -> UInt64 {
+        try appendRecord(record)
     }
 
     /// Appends a link record and returns its offset.

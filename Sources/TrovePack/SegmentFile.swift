@@ -109,13 +109,14 @@ public final class SegmentFile: Sendable {
 
     /// Reads the blob record at `offset` and returns its payload, verified.
     ///
-    /// One `pread` of the whole record; the checksum covers header and body, and the hash in
-    /// the body must be `hash`. The returned `Data` owns the read buffer (no second copy).
+    /// One `pread` of the whole record; the checksum covers header and body, and the hash and
+    /// id in the body must be `hash` and `id`. The returned `Data` owns the read buffer (no
+    /// second copy).
     ///
     /// - Throws: ``PackError/Code/corruptRecord`` when the record fails any check,
     ///   ``PackError/Code/truncatedRecord`` when it runs past the end of the file.
     /// - Complexity: one system call and one pass of XXH3-64 over the payload.
-    public func readBlob(at offset: UInt64, payloadLength: UInt64, hash: ContentHash) throws -> Data {
+    public func readBlob(at offset: UInt64, payloadLength: UInt64, hash: ContentHash, id: UInt64) throws -> Data {
         let bodyLength = UInt64(PackFormat.blobPrefixSize) + payloadLength
         guard bodyLength <= PackFormat.maximumBodyLength else {
             throw corrupt(at: offset, "the index names a blob larger than the format allows")
@@ -146,8 +147,8 @@ public final class SegmentFile: Sendable {
         guard RecordDecoder.verify(rawHeader: header, body: body) else {
             throw corrupt(at: offset, RecordDecoder.Defect.checksumMismatch.rawValue)
         }
-        guard RecordDecoder.blobHash(body) == hash else {
-            throw corrupt(at: offset, "blob hash differs from the index")
+        guard let identity = RecordDecoder.blobIdentity(body), identity.hash == hash, identity.id == id else {
+            throw corrupt(at: offset, "blob hash or id differs from the index")
         }
         handedOver = true
         return Data(

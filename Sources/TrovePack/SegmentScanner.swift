@@ -4,8 +4,8 @@ public import TroveCore
 public struct ScannedRecord: Sendable {
     /// What the record holds.
     public enum Content: Sendable {
-        /// A blob: its hash and payload length (the payload is not kept).
-        case blob(hash: ContentHash, payloadLength: UInt64)
+        /// A blob: its hash, id and payload length (the payload is not kept).
+        case blob(hash: ContentHash, id: UInt64, payloadLength: UInt64)
         /// A link record.
         case link(LinkRecord)
         /// A tombstone.
@@ -66,8 +66,8 @@ public enum SegmentScanner {
             switch header.type {
             case .blob:
                 content = body.withUnsafeBytes { b in
-                    RecordDecoder.blobHash(b).map {
-                        .blob(hash: $0, payloadLength: UInt64(b.count - PackFormat.blobPrefixSize))
+                    RecordDecoder.blobIdentity(b).map {
+                        .blob(hash: $0.hash, id: $0.id, payloadLength: UInt64(b.count - PackFormat.blobPrefixSize))
                     }
                 }
             case .link: content = body.withUnsafeBytes { RecordDecoder.link($0) }.map { .link($0) }

@@ -14,6 +14,15 @@ import TroveTestSupport
             accessedAt: 10, cost: 1000)
     }
 
+    /// Inserts a blob under the next test blob id and returns the id.
+    func insert(
+        _ index: IndexDatabase, hash: ContentHash, length: UInt64, segment: UInt32, offset: UInt64, recordBytes: UInt64
+    ) throws -> Int64 {
+        let id = Int64(offset) * 1000 + Int64(segment)
+        try index.insertBlob(id: id, hash: hash, length: length, segment: segment, offset: offset, recordBytes: recordBytes)
+        return id
+    }
+
     @Test func createsAndMigratesOnce() async throws {
         try await withTemporaryDirectory { dir in
             let path = dir + "/index.sqlite"
@@ -56,13 +65,13 @@ import TroveTestSupport
         try await withTemporaryDirectory { dir in
             let index = try IndexDatabase(path: dir + "/i.sqlite", readOnly: false)
             try index.insertSegment(id: 1, indexedBytes: 32)
-            _ = try index.insertBlob(hash: ContentHash(high: 1, low: 1), length: 1, segment: 1, offset: 32, recordBytes: 41)
-            // The same location twice violates blobs_by_location.
+            try index.insertBlob(id: 7, hash: ContentHash(high: 1, low: 1), length: 1, segment: 1, offset: 32, recordBytes: 41)
+            // The same blob id twice violates the primary key.
             let error = #expect(throws: IndexError.self) {
-                try index.insertBlob(hash: ContentHash(high: 2, low: 2), length: 1, segment: 1, offset: 32, recordBytes: 41)
+                try index.insertBlob(id: 7, hash: ContentHash(high: 2, low: 2), length: 1, segment: 1, offset: 99, recordBytes: 41)
             }
             #expect(error?.resultCode == 19)  // SQLITE_CONSTRAINT
-            #expect(error?.extendedResultCode == 2067)  // SQLITE_CONSTRAINT_UNIQUE
+            #expect(error?.extendedResultCode == 1555)  // SQLITE_CONSTRAINT_PRIMARYKEY
             #expect(error?.sql?.contains("INSERT INTO blobs") == true)
         }
     }
@@ -72,7 +81,7 @@ import TroveTestSupport
             let index = try IndexDatabase(path: dir + "/i.sqlite", readOnly: false)
             try index.begin()
             try index.insertSegment(id: 1, indexedBytes: 32)
-            let blob = try index.insertBlob(hash: ContentHash(high: 1, low: 2), length: 1000, segment: 1, offset: 32, recordBytes: 1040)
+            let blob = try insert(index, hash: ContentHash(high: 1, low: 2), length: 1000, segment: 1, offset: 32, recordBytes: 1040)
             #expect(try index.segments().first?.liveBytes == 0)
             try index.link(entry("a", blob: blob))
             try index.link(entry("b", blob: blob, linkOffset: 200))
@@ -86,11 +95,13 @@ import TroveTestSupport
             #expect(try index.blobs(hash: ContentHash(high: 1, low: 2), length: 1000).first?.references == 1)
             let removed = try index.removeEntry(digest: CacheKey(url: "b").digest)
             #expect(removed?.url == "b")
-            #expect(try index.blobs(hash: ContentHash(high: 1, low: 2), length: 1000).isEmpty)
+            // Dead, not gone: the row stays (for dedup) until the compactor reclaims its bytes.
+            #expect(try index.blobs(hash: ContentHash(high: 1, low: 2), length: 1000).first?.references == 0)
             #expect(try index.segments().first?.liveBytes == 0)
             #expect(try index.removeEntry(digest: CacheKey(url: "b").digest) == nil)
             try index.commit()
             #expect(try index.totals().entries == 0)
+            #expect(try index.totals().blobs == 0)
         }
     }
 
@@ -98,7 +109,7 @@ import TroveTestSupport
         try await withTemporaryDirectory { dir in
             let index = try IndexDatabase(path: dir + "/i.sqlite", readOnly: false)
             try index.insertSegment(id: 1, indexedBytes: 32)
-            let blob = try index.insertBlob(hash: ContentHash(high: 1, low: 2), length: 10, segment: 1, offset: 32, recordBytes: 50)
+            let blob = try insert(index, hash: ContentHash(high: 1, low: 2), length: 10, segment: 1, offset: 32, recordBytes: 50)
             for (i, variant) in ["", "w100", "w200"].enumerated() {
                 var row = entry("https://x/a", blob: blob, linkOffset: UInt64(100 * i + 100))
                 row.variant = variant
@@ -120,8 +131,8 @@ import TroveTestSupport
         try await withTemporaryDirectory { dir in
             let index = try IndexDatabase(path: dir + "/i.sqlite", readOnly: false)
             try index.insertSegment(id: 1, indexedBytes: 32)
-            let early = try index.insertBlob(hash: ContentHash(high: 1, low: 1), length: 10, segment: 1, offset: 32, recordBytes: 50)
-            let late = try index.insertBlob(hash: ContentHash(high: 2, low: 2), length: 10, segment: 1, offset: 500, recordBytes: 50)
+            let early = try insert(index, hash: ContentHash(high: 1, low: 1), length: 10, segment: 1, offset: 32, recordBytes: 50)
+            let late = try insert(index, hash: ContentHash(high: 2, low: 2), length: 10, segment: 1, offset: 500, recordBytes: 50)
             try index.link(entry("early", blob: early, linkOffset: 82))
             try index.link(entry("late", blob: late, linkOffset: 550))
             try index.link(entry("late-link", blob: early, linkOffset: 600))
@@ -129,7 +140,7 @@ import TroveTestSupport
             let dropped = try index.dropRecords(segment: 1, beyond: 540).map(\.url).sorted()
             #expect(dropped == ["late", "late-link"])
             #expect(try index.entry(digest: CacheKey(url: "early").digest) != nil)
-            #expect(try index.blob(segment: 1, offset: 500) == nil)
+            #expect(try index.blob(id: late) == nil)
             #expect(try index.dropRecords(segment: 1, beyond: 0).map(\.url) == ["early"])
             #expect(try index.totals().blobs == 0)
         }
@@ -139,7 +150,7 @@ import TroveTestSupport
         try await withTemporaryDirectory { dir in
             let index = try IndexDatabase(path: dir + "/i.sqlite", readOnly: false)
             try index.insertSegment(id: 1, indexedBytes: 32)
-            let blob = try index.insertBlob(hash: ContentHash(high: 1, low: 1), length: 10, segment: 1, offset: 32, recordBytes: 50)
+            let blob = try insert(index, hash: ContentHash(high: 1, low: 1), length: 10, segment: 1, offset: 32, recordBytes: 50)
             try index.link(entry("a", blob: blob))
             try index.touch([(CacheKey(url: "a").digest, 500)])
             try index.touch([(CacheKey(url: "a").digest, 400)])
@@ -152,7 +163,7 @@ import TroveTestSupport
             let index = try IndexDatabase(path: dir + "/i.sqlite", readOnly: false)
             try index.insertSegment(id: 1, indexedBytes: 32)
             try index.begin()
-            let blob = try index.insertBlob(hash: ContentHash(high: 1, low: 1), length: 10, segment: 1, offset: 32, recordBytes: 50)
+            let blob = try insert(index, hash: ContentHash(high: 1, low: 1), length: 10, segment: 1, offset: 32, recordBytes: 50)
             try index.link(entry("a", blob: blob))
             try index.rollback()
             // A later commit must not write the rolled-back transaction's accumulated deltas.

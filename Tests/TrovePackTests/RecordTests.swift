@@ -8,7 +8,7 @@ import TroveTestSupport
 @Suite struct RecordTests {
     static let link = LinkRecord(
         url: "https://example.com/a.jpg", variant: "w256-fit", blobHash: ContentHash(high: 1, low: 2),
-        blobLength: 12345, blobSegment: 3, blobOffset: 4096, sequence: 99, createdAt: 1_700_000_000_000,
+        blobLength: 12345, blobID: 4096, sequence: 99, createdAt: 1_700_000_000_000,
         expiresAt: 1_800_000_000_000, etag: "\"abc\"", lastModified: "Tue, 01 Jan 2030 00:00:00 GMT")
 
     @Test func linkRoundTrip() {
@@ -40,8 +40,11 @@ import TroveTestSupport
             #expect(Array(body[0..<cut]).withUnsafeBytes { RecordDecoder.link($0) } == nil)
         }
         #expect((body + [0]).withUnsafeBytes { RecordDecoder.link($0) } == nil)
+        var reserved = body
+        reserved[28] = 1
+        #expect(reserved.withUnsafeBytes { RecordDecoder.link($0) } == nil)
         var badFlags = body
-        badFlags[28] = 0x80
+        badFlags[27] = 0x80
         #expect(badFlags.withUnsafeBytes { RecordDecoder.link($0) } == nil)
     }
 

@@ -17,11 +17,11 @@ import TroveTestSupport
             let writer = try makeWriter(dir)
             let bytes = testBytes(seed: UInt64(size), count: size)
             let hash = ContentHash(hashing: bytes)
-            let offset = try bytes.withUnsafeBytes { try writer.appendBlob(hash: hash, payload: $0) }
+            let offset = try bytes.withUnsafeBytes { try writer.appendBlob(hash: hash, id: 77, payload: $0) }
             #expect(offset == UInt64(PackFormat.segmentHeaderSize))
             #expect(writer.end == offset + PackWriter.blobRecordLength(payloadLength: size))
             let reopened = try SegmentFile.open(id: 1, in: dir, writable: false)
-            let read = try reopened.readBlob(at: offset, payloadLength: UInt64(size), hash: hash)
+            let read = try reopened.readBlob(at: offset, payloadLength: UInt64(size), hash: hash, id: 77)
             #expect(Array(read) == bytes)
         }
     }
@@ -31,7 +31,7 @@ import TroveTestSupport
             let writer = try makeWriter(dir)
             let bytes = testBytes(seed: 1, count: 300)
             let hash = ContentHash(hashing: bytes)
-            let offset = try bytes.withUnsafeBytes { try writer.appendBlob(hash: hash, payload: $0) }
+            let offset = try bytes.withUnsafeBytes { try writer.appendBlob(hash: hash, id: 77, payload: $0) }
             let path = writer.segment.path
             let original = try Data(contentsOf: URL(fileURLWithPath: path))
             for position in Int(offset)..<original.count {
@@ -40,7 +40,7 @@ import TroveTestSupport
                 try damaged.write(to: URL(fileURLWithPath: path))
                 let file = try SegmentFile.open(id: 1, in: dir, writable: false)
                 #expect(throws: PackError.self, "flip at \(position)") {
-                    try file.readBlob(at: offset, payloadLength: 300, hash: hash)
+                    try file.readBlob(at: offset, payloadLength: 300, hash: hash, id: 77)
                 }
             }
         }
@@ -51,10 +51,10 @@ import TroveTestSupport
             let writer = try makeWriter(dir)
             let bytes = testBytes(seed: 2, count: 1000)
             let hash = ContentHash(hashing: bytes)
-            let offset = try bytes.withUnsafeBytes { try writer.appendBlob(hash: hash, payload: $0) }
+            let offset = try bytes.withUnsafeBytes { try writer.appendBlob(hash: hash, id: 77, payload: $0) }
             try writer.segment.truncate(to: writer.end - 1)
             let error = #expect(throws: PackError.self) {
-                try writer.segment.readBlob(at: offset, payloadLength: 1000, hash: hash)
+                try writer.segment.readBlob(at: offset, payloadLength: 1000, hash: hash, id: 77)
             }
             #expect(error?.code == .truncatedRecord)
         }
@@ -63,11 +63,16 @@ import TroveTestSupport
     @Test func wrongHashIsRefused() async throws {
         try await withTemporaryDirectory { dir in
             let writer = try makeWriter(dir)
-            let offset = try [1, 2, 3].withUnsafeBytes { try writer.appendBlob(hash: ContentHash(hashing: [1, 2, 3]), payload: $0) }
-            let error = #expect(throws: PackError.self) {
-                try writer.segment.readBlob(at: offset, payloadLength: 3, hash: ContentHash(high: 0, low: 1))
+            let hash = ContentHash(hashing: [1, 2, 3])
+            let offset = try [1, 2, 3].withUnsafeBytes { try writer.appendBlob(hash: hash, id: 5, payload: $0) }
+            let wrongHash = #expect(throws: PackError.self) {
+                try writer.segment.readBlob(at: offset, payloadLength: 3, hash: ContentHash(high: 0, low: 1), id: 5)
             }
-            #expect(error?.code == .corruptRecord)
+            #expect(wrongHash?.code == .corruptRecord)
+            let wrongID = #expect(throws: PackError.self) {
+                try writer.segment.readBlob(at: offset, payloadLength: 3, hash: hash, id: 6)
+            }
+            #expect(wrongID?.code == .corruptRecord)
         }
     }
 
@@ -92,7 +97,7 @@ import TroveTestSupport
             // An empty segment takes any record, however large.
             #expect(!writer.needsRotation(forAppending: 5000))
             _ = try [UInt8](repeating: 1, count: 500).withUnsafeBytes {
-                try writer.appendBlob(hash: ContentHash(high: 0, low: 0), payload: $0)
+                try writer.appendBlob(hash: ContentHash(high: 0, low: 0), id: 1, payload: $0)
             }
             #expect(!writer.needsRotation(forAppending: 400))
             #expect(writer.needsRotation(forAppending: 500))
@@ -113,13 +118,13 @@ import TroveTestSupport
         for i in 0..<5 {
             let bytes = testBytes(seed: UInt64(i), count: 100 * i)
             let hash = ContentHash(hashing: bytes)
-            let blob = try bytes.withUnsafeBytes { try writer.appendBlob(hash: hash, payload: $0) }
+            let blob = try bytes.withUnsafeBytes { try writer.appendBlob(hash: hash, id: 77, payload: $0) }
             offsets.append(blob)
             offsets.append(
                 try writer.appendLink(
                     LinkRecord(
-                        url: "u\(i)", variant: "", blobHash: hash, blobLength: UInt64(bytes.count), blobSegment: 1,
-                        blobOffset: blob, sequence: UInt64(i), createdAt: 0)))
+                        url: "u\(i)", variant: "", blobHash: hash, blobLength: UInt64(bytes.count), blobID: UInt64(i),
+                        sequence: UInt64(i), createdAt: 0)))
         }
         offsets.append(try writer.appendTombstone(TombstoneRecord(url: "u0", variant: "", sequence: 9, removedAt: 0)))
         return (file, offsets)

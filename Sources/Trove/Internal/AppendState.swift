@@ -89,7 +89,7 @@ extension AppendState {
     /// Forgets what `snapshot` committed; returns the keys still waiting in the queue.
     func release(_ snapshot: CommitSnapshot) -> Set<CacheKey> {
         for write in queue.prefix(snapshot.writes.count) {
-            if case .blob(let hash, let length) = write.record.content {
+            if case .blob(let hash, _, let length) = write.record.content {
                 let key = PendingBlobKey(hash: hash, length: length)
                 pendingBlobs[key]?.removeAll { $0.segment == write.segment && $0.offset == write.record.offset }
                 if pendingBlobs[key]?.isEmpty == true { pendingBlobs[key] = nil }

@@ -1,19 +1,13 @@
-#if canImport(Glibc)
-    import Glibc
-#endif
 import TroveCore
 import TroveIndex
 import TrovePack
 
 /// Applies pack records to the index. The committer applies what the appender wrote; recovery
 /// replays what the index had not committed. Both use this one function, and it is
-/// idempotent: a blob already indexed at its location, or a link or tombstone whose key has an
+/// idempotent: a blob already indexed under its id, or a link or tombstone whose key has an
 /// entry with the same or a newer sequence, changes nothing.
 struct IndexApplier {
     let index: IndexDatabase
-    let packs: String
-    /// Opens segment files for the rare check of a blob the index no longer has.
-    let segmentFile: (UInt32) throws -> SegmentFile
 
     /// What applying a record did.
     enum Outcome { case applied, alreadyReflected, skipped }
@@ -22,9 +16,12 @@ struct IndexApplier {
     @discardableResult
     func apply(_ record: ScannedRecord, segment: UInt32) throws -> Outcome {
         switch record.content {
-        case .blob(let hash, let length):
-            if try index.blob(segment: segment, offset: record.offset) != nil { return .alreadyReflected }
-            _ = try index.insertBlob(hash: hash, length: length, segment: segment, offset: record.offset, recordBytes: record.length)
+        case .blob(let hash, let id, let length):
+            // A second copy of a blob (the compactor moved it) keeps the first location found.
+            if try index.blob(id: Int64(bitPattern: id)) != nil { return .alreadyReflected }
+            try index.insertBlob(
+                id: Int64(bitPattern: id), hash: hash, length: length, segment: segment, offset: record.offset,
+                recordBytes: record.length)
             return .applied
         case .link(let link):
             let key = CacheKey(url: link.url, variant: link.variant)
@@ -34,7 +31,11 @@ struct IndexApplier {
                 if existing.entry.key != key { return .skipped }
                 if existing.entry.sequence >= link.sequence { return .alreadyReflected }
             }
-            guard let blob = try linkedBlob(link) else { return .skipped }
+            // Only the blob the link names by id is known to hold its bytes: never another
+            // blob that merely has the same hash.
+            guard let blob = try index.blob(id: Int64(bitPattern: link.blobID)), blob.hash == link.blobHash,
+                blob.length == link.blobLength
+            else { return .skipped }
             try index.link(
                 EntryRow(
                     keyDigest: digest, url: link.url, variant: link.variant, blobID: blob.id, linkSegment: segment,
@@ -50,35 +51,5 @@ struct IndexApplier {
             try index.removeEntry(digest: key.digest)
             return .applied
         }
-    }
-
-    /// The blob a link names, at its recorded location.
-    ///
-    /// When the index no longer has it (its last other key went in the same batch, so its row
-    /// was deleted), the record is checked on disk — header, type, length and content hash —
-    /// and indexed again. Never another blob with the same hash: only the recorded location is
-    /// known to hold the linked bytes.
-    private func linkedBlob(_ link: LinkRecord) throws -> BlobRow? {
-        if let blob = try index.blob(segment: link.blobSegment, offset: link.blobOffset) {
-            return blob.hash == link.blobHash && blob.length == link.blobLength ? blob : nil
-        }
-        guard let file = try? segmentFile(link.blobSegment) else { return nil }
-        let prefix = PackFormat.recordHeaderSize + PackFormat.blobPrefixSize
-        var raw = [UInt8](repeating: 0, count: prefix)
-        let n = try raw.withUnsafeMutableBytes { try file.read(into: $0, at: link.blobOffset) }
-        let valid = n == prefix && raw.withUnsafeBytes { bytes -> Bool in
-            guard case .success(let header) = RecordDecoder.header(UnsafeRawBufferPointer(rebasing: bytes[0..<PackFormat.recordHeaderSize]))
-            else { return false }
-            return header.type == .blob && header.bodyLength == link.blobLength + UInt64(PackFormat.blobPrefixSize)
-                && RecordDecoder.blobHash(UnsafeRawBufferPointer(rebasing: bytes[PackFormat.recordHeaderSize...])) == link.blobHash
-        }
-        guard valid else { return nil }
-        let recordBytes = PackWriter.blobRecordLength(payloadLength: Int(link.blobLength))
-        let id = try index.insertBlob(
-            hash: link.blobHash, length: link.blobLength, segment: link.blobSegment, offset: link.blobOffset,
-            recordBytes: recordBytes)
-        return BlobRow(
-            id: id, hash: link.blobHash, length: link.blobLength, segment: link.blobSegment, offset: link.blobOffset,
-            recordBytes: recordBytes, references: 0)
     }
 }

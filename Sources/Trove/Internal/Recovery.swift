@@ -97,17 +97,13 @@ struct Recovery {
 
         // 3. Replay unsealed segments past what the index reflects; cut torn tails.
         unsealed.sort { $0.id < $1.id }
-        let openFiles = Dictionary(unsealed.map { ($0.id, $0.file) }) { a, _ in a }
-        let packs = self.packs
-        let applier = IndexApplier(index: index, packs: packs) { id in
-            try openFiles[id] ?? SegmentFile.open(id: id, in: packs, writable: false)
-        }
+        let applier = IndexApplier(index: index)
         for segment in unsealed {
             let outcome = try SegmentScanner.scan(segment.file, from: segment.replayFrom) { record in
                 switch record.content {
                 case .link(let link): nextSequence = max(nextSequence, link.sequence + 1)
+                case .blob(_, let id, _): nextSequence = max(nextSequence, id + 1)
                 case .tombstone(let tombstone): nextSequence = max(nextSequence, tombstone.sequence + 1)
-                case .blob: break
                 }
                 if try applier.apply(record, segment: segment.id) == .applied { report.replayedRecords += 1 }
             }
@@ -120,7 +116,6 @@ struct Recovery {
             }
             try index.setIndexedBytes(outcome.validEnd, segment: segment.id)
         }
-        try index.deleteUnreferencedBlobs()
 
         // 4. The active segment: the newest unsealed one. Older unsealed ones are sealed.
         let synchronize = configuration.durability != .none
