@@ -74,3 +74,8 @@ func milliseconds(_ date: Date) -> Int64 {
 func date(milliseconds: Int64) -> Date {
     Date(timeIntervalSince1970: Double(milliseconds) / 1000)
 }
+
+/// Milliseconds in `duration`.
+func milliseconds(_ duration: Duration) -> Int64 {
+    duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+}

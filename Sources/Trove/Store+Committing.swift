@@ -23,7 +23,7 @@ extension Store {
         }
     }
 
-    private func commitCycle(_ state: CommitState, flushReadTimes: Bool) throws(StoreError) {
+    func commitCycle(_ state: CommitState, flushReadTimes: Bool) throws(StoreError) {
         let snapshot = appender.withLock { $0.snapshot() }
         let now = ContinuousClock.now
         var readTimes: [CacheKey: Int64] = [:]

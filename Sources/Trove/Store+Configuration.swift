@@ -30,6 +30,31 @@ extension Store {
         /// Read-only index connections kept for concurrent gets. Default: 4.
         public var readerConnections: Int = 4
 
+        // MARK: Compaction (Docs/Compaction.md)
+
+        /// The disk usage (pack segments plus index files) the compactor keeps the store within;
+        /// nil for no limit. Default: nil.
+        public var capacity: Int64?
+
+        /// When disk usage passes this fraction of ``capacity``, least recently read entries are
+        /// evicted. Default: 0.95.
+        public var highWatermark: Double = 0.95
+
+        /// Eviction stops when disk usage would fall below this fraction of ``capacity``. Default: 0.85.
+        public var lowWatermark: Double = 0.85
+
+        /// How long an entry stored without an expiry stays fresh; nil for forever. Applied when
+        /// the entry is stored. Default: nil.
+        public var defaultTimeToLive: Duration?
+
+        /// A sealed segment whose live bytes fall below this fraction of its size is rewritten:
+        /// its live records are copied forward and the file deleted. Default: 0.5.
+        public var rewriteLiveRatio: Double = 0.5
+
+        /// How often the background compactor runs a pass; nil turns it off (``Store/compact(timeToLive:)``
+        /// still works). Default: 60 s.
+        public var compactionInterval: Duration? = .seconds(60)
+
         /// The function that addresses content. Tests replace it to force hash collisions.
         @_spi(Testing) public var contentHasher: @Sendable (UnsafeRawBufferPointer) -> ContentHash = {
             XXH3.hash128($0)

@@ -94,22 +94,55 @@ extension Store {
 
     /// Reads and verifies `found`'s blob; drops the entry (and its blob's other keys) when
     /// the record is damaged or its segment file is gone.
+    ///
+    /// Before calling a failed read damage, the key is looked up again: the compactor may have
+    /// moved the blob (and deleted the old file) since `found` was read.
     func readBlob(of found: IndexedEntry, key: CacheKey) throws(StoreError) -> Data {
-        let blob = found.blob
+        let reason: String
+        let underlying: any Error & Sendable
+        switch readBlobOnce(found.blob) {
+        case .success(let data): return data
+        case .failure(.other(let error)): throw error
+        case .failure(.damaged(let why, let cause)): (reason, underlying) = (why, cause)
+        }
+        if let fresh = try? readIndex({ try $0.entry(digest: key.digest) }), fresh.entry.key == key,
+            fresh.blob.id == found.blob.id,
+            fresh.blob.segment != found.blob.segment || fresh.blob.offset != found.blob.offset,
+            case .success(let data) = readBlobOnce(fresh.blob)
+        {
+            shared.withLock { state in
+                if case .present(let slot) = state.slots[key], slot.blob.id == fresh.blob.id {
+                    state.slots[key] = .present(fresh)
+                }
+            }
+            return data
+        }
+        throw dropDamaged(found.blob, key: key, reason: reason, underlying: underlying)
+    }
+
+    enum DamagedRead: Error {
+        case damaged(String, any Error & Sendable)
+        case other(StoreError)
+    }
+
+    /// One read of `blob`'s record: its bytes, or why not.
+    private func readBlobOnce(_ blob: BlobRow) -> Result<Data, DamagedRead> {
         let file: SegmentFile
         do {
             file = try segmentFile(blob.segment)
         } catch {
-            guard (error.underlying as? PackError)?.errno == ENOENT || error.code == .corruptRecord else { throw error }
-            throw dropDamaged(blob, key: key, reason: error.message, underlying: error)
+            guard (error.underlying as? PackError)?.errno == ENOENT || error.code == .corruptRecord else {
+                return .failure(.other(error))
+            }
+            return .failure(.damaged(error.message, error))
         }
         do {
-            return try file.readBlob(at: blob.offset, payloadLength: blob.length, hash: blob.hash, id: UInt64(bitPattern: blob.id))
+            return .success(
+                try file.readBlob(at: blob.offset, payloadLength: blob.length, hash: blob.hash, id: UInt64(bitPattern: blob.id)))
+        } catch let error as PackError where error.code == .corruptRecord || error.code == .truncatedRecord {
+            return .failure(.damaged(error.message, error))
         } catch {
-            guard let error = error as? PackError, error.code == .corruptRecord || error.code == .truncatedRecord else {
-                throw StoreError(pack: error)
-            }
-            throw dropDamaged(blob, key: key, reason: error.message, underlying: error)
+            return .failure(.other(StoreError(pack: error)))
         }
     }
 

@@ -53,13 +53,17 @@ extension Store {
         }
         var equal = candidates.first { holds($0, bytes) }
         let now = configuration.clock()
+        let expiresAt = metadata.expiresAt.map(milliseconds) ?? configuration.defaultTimeToLive.map { now + milliseconds($0) }
         let (sequence, queued) = try withAppender { (state) throws(StoreError) -> (UInt64, Int) in
+            if let found = equal, state.reclaiming.contains(found.segment) {
+                equal = nil
+            }
             if equal == nil {
                 equal = state.pendingBlobs[PendingBlobKey(hash: hash, length: length)]?.first { holds($0, bytes) }
             }
             var link = LinkRecord(
                 url: key.url, variant: key.variant, blobHash: hash, blobLength: length, blobID: 0, sequence: 0,
-                createdAt: now, expiresAt: metadata.expiresAt.map(milliseconds), etag: metadata.etag,
+                createdAt: now, expiresAt: expiresAt, etag: metadata.etag,
                 lastModified: metadata.lastModified)
             let linkLength = PackWriter.linkRecordLength(link)
             let blobLength = PackWriter.blobRecordLength(payloadLength: bytes.count)

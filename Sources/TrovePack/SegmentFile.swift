@@ -195,6 +195,15 @@ public final class SegmentFile: Sendable {
         return (header, body)
     }
 
+    /// Reads the whole record at `offset`, verified, as its on-disk bytes (header and body),
+    /// for copying it unchanged into another segment.
+    public func readRawRecord(at offset: UInt64, limit: UInt64) throws -> [UInt8] {
+        let (_, body) = try readRecord(at: offset, limit: limit)
+        var bytes = [UInt8](repeating: 0, count: PackFormat.recordHeaderSize)
+        _ = try bytes.withUnsafeMutableBytes { try SystemCall.pread(descriptor, into: $0, at: offset, path: path) }
+        return bytes + body
+    }
+
     private func corrupt(at offset: UInt64, _ reason: String) -> PackError {
         PackError(
             code: .corruptRecord,

@@ -38,6 +38,9 @@ final class AppendState: @unchecked Sendable {
     var created: [UInt32] = []
     /// Set by close(); every write after it throws ``StoreError/Code/closed``.
     var isClosed = false
+    /// Segments the compactor is rewriting: a put must not deduplicate onto a blob in one of
+    /// them (the blob may be reclaimed before the put's link is applied); it appends the bytes.
+    var reclaiming: Set<UInt32> = []
 
     init(pack: PackWriter, nextSequence: UInt64) {
         self.pack = pack

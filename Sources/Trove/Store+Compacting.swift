@@ -1,0 +1,322 @@
+import Foundation
+import TroveCore
+import TroveIndex
+import TrovePack
+
+/// What a compaction pass did.
+public struct CompactionReport: Hashable, Sendable, Codable {
+    /// Entries removed because they expired (their expiry, or the pass's time to live).
+    public var expiredEntries = 0
+    /// Payload bytes of the expired entries.
+    public var expiredBytes: Int64 = 0
+    /// Least recently read entries removed to bring disk usage under the low watermark.
+    public var evictedEntries = 0
+    /// Payload bytes of the evicted entries.
+    public var evictedBytes: Int64 = 0
+    /// Sealed segments whose live records were copied forward before the file was deleted.
+    public var segmentsRewritten = 0
+    /// Segments deleted (rewritten ones included).
+    public var segmentsDeleted = 0
+    /// Bytes of live records copied forward.
+    public var bytesCopied: Int64 = 0
+    /// Disk usage (packs and index) when the pass started.
+    public var diskBytesBefore: Int64 = 0
+    /// Disk usage when the pass ended.
+    public var diskBytesAfter: Int64 = 0
+    /// Bytes given back to the file system.
+    public var reclaimedBytes: Int64 { diskBytesBefore - diskBytesAfter }
+}
+
+extension Store {
+    /// Runs a compaction pass now: drops expired entries, evicts least recently read entries
+    /// while disk usage is over ``Configuration/capacity``'s high watermark (down to the low
+    /// watermark), rewrites sparse sealed segments and deletes empty ones.
+    ///
+    /// Every step is crash-safe (Docs/Compaction.md): records are copied forward and synced, the
+    /// index is committed, and only then is a file deleted. Reads go on throughout; writes go on
+    /// unless eight batches queue up while a segment is being rewritten.
+    ///
+    /// - Parameter timeToLive: also remove entries created longer ago than this.
+    /// - Returns: what was expired, evicted and reclaimed.
+    @discardableResult
+    public func compact(timeToLive: Duration? = nil) throws -> CompactionReport {
+        try compactPass(timeToLive: timeToLive)
+    }
+
+    func compactPass(timeToLive: Duration?) throws(StoreError) -> CompactionReport {
+        try commitPending(flushReadTimes: true)
+        var report = CompactionReport()
+        report.diskBytesBefore = diskUsage()
+        let now = configuration.clock()
+
+        // 1. Expiry: entries past their expiry, then (on demand) entries older than a TTL.
+        try removeInBatches(into: &report.expiredEntries, bytes: &report.expiredBytes) { index in
+            try index.expiredEntries(now: now, limit: Self.compactionBatch)
+        }
+        if let timeToLive {
+            let cutoff = now - milliseconds(timeToLive)
+            try removeInBatches(into: &report.expiredEntries, bytes: &report.expiredBytes) { index in
+                try index.entriesCreated(before: cutoff, limit: Self.compactionBatch)
+            }
+        }
+
+        // 2. Eviction, least recently read first, while the bytes that would remain after the
+        //    rewrite exceed the low watermark.
+        if let capacity = configuration.capacity, Double(diskUsage()) > Double(capacity) * configuration.highWatermark {
+            let low = Int64(Double(capacity) * configuration.lowWatermark)
+            try removeInBatches(into: &report.evictedEntries, bytes: &report.evictedBytes, while: { self.projectedUsage() > low }) {
+                index in try index.leastRecentlyUsed(limit: Self.compactionBatch)
+            }
+        }
+
+        // 3 and 4. Rewrite sparse sealed segments (all with dead bytes while over capacity,
+        //    most dead first) and delete empty ones.
+        let activeID = appender.withLock { $0.pack.segment.id }
+        let sealed = try withIndex { try $0.segments() }.filter { $0.isSealed && $0.id < activeID }
+        let candidates = sealed.map { row -> (row: SegmentRow, size: Int64) in
+            (row, SystemCall.fileSize(packsDirectory + "/" + PackFormat.fileName(forSegment: row.id)) ?? 0)
+        }.sorted { ($0.size - $0.row.liveBytes) > ($1.size - $1.row.liveBytes) }
+        for (row, size) in candidates {
+            let body = max(1, size - Int64(PackFormat.segmentHeaderSize))
+            let overCapacity = configuration.capacity.map { diskUsage() > $0 } ?? false
+            let sparse = Double(row.liveBytes) < configuration.rewriteLiveRatio * Double(body)
+            guard row.liveBytes <= 0 || sparse || (overCapacity && row.liveBytes < body) else { continue }
+            report.bytesCopied += try rewrite(segment: row.id)
+            report.segmentsDeleted += 1
+            if row.liveBytes > 0 { report.segmentsRewritten += 1 }
+        }
+        report.diskBytesAfter = diskUsage()
+        return report
+    }
+
+    static let compactionBatch = 256
+
+    /// Removes the entries `victims` yields, a batch at a time, while `condition` holds.
+    private func removeInBatches(
+        into count: inout Int, bytes: inout Int64, while condition: () -> Bool = { true },
+        _ victims: (IndexDatabase) throws -> [EntryRow]
+    ) throws(StoreError) {
+        while condition() {
+            let removed = try committer.withLock { (slot) throws(StoreError) -> [EntryRow]? in
+                guard let state = slot, !state.isClosed else { throw Self.closedError(directory) }
+                let batch: [EntryRow]
+                do { batch = try victims(state.index) } catch { throw StoreError(index: error) }
+                guard !batch.isEmpty else { return nil }
+                let removed = try appendGuardedTombstones(for: batch, index: state.index)
+                try commitCycle(state, flushReadTimes: false)
+                return removed
+            }
+            guard let removed, !removed.isEmpty else { return }
+            count += removed.count
+            bytes += removed.reduce(0) { $0 + $1.cost }
+        }
+    }
+
+    /// Appends a tombstone for each victim whose entry is still exactly the one selected: no
+    /// newer write committed (same sequence in the index) and none queued (no slot saying
+    /// otherwise). A key written meanwhile is never removed. Held: the committer lock.
+    private func appendGuardedTombstones(for victims: [EntryRow], index: IndexDatabase) throws(StoreError) -> [EntryRow] {
+        try withAppender { (state) throws(StoreError) -> [EntryRow] in
+            var removed: [EntryRow] = []
+            for victim in victims {
+                let key = victim.key
+                let current: IndexedEntry?
+                do { current = try index.entry(digest: victim.keyDigest) } catch { throw StoreError(index: error) }
+                guard let current, current.entry.key == key, current.entry.sequence == victim.sequence else { continue }
+                let queued = shared.withLock { shared -> Bool in
+                    switch shared.slots[key] {
+                    case .removed: return true
+                    case .present(let slot): return slot.entry.sequence != victim.sequence
+                    case nil: return false
+                    }
+                }
+                guard !queued else { continue }
+                let tombstone = TombstoneRecord(
+                    url: key.url, variant: key.variant, sequence: state.nextSequence, removedAt: configuration.clock())
+                let length = UInt64(PackFormat.recordHeaderSize + RecordEncoder.body(of: tombstone).count)
+                if state.pack.needsRotation(forAppending: length) {
+                    try state.rotate(packs: packsDirectory, createdAt: tombstone.removedAt)
+                }
+                let offset = try packCall { try state.pack.appendTombstone(tombstone) }
+                state.enqueue(offset: offset, length: length, .tombstone(tombstone))
+                state.nextSequence += 1
+                shared.withLock { shared in
+                    shared.slots[key] = .removed
+                    shared.readTimes[key] = nil
+                    shared.generation &+= 1
+                }
+                removed.append(victim)
+            }
+            return removed
+        }
+    }
+
+    /// Copies the live records of sealed segment `id` forward into the active segment, syncs
+    /// them, moves the index to the copies and deletes the segment's row in one transaction,
+    /// and only then unlinks the file. Returns the bytes copied.
+    private func rewrite(segment id: UInt32) throws(StoreError) -> Int64 {
+        try committer.withLock { (slot) throws(StoreError) -> Int64 in
+            guard let state = slot, !state.isClosed else { throw Self.closedError(directory) }
+            let index = state.index
+            // The index must reflect every queued write before liveness is judged.
+            try commitCycle(state, flushReadTimes: false)
+            let queuedBlobs = appender.withLock { appender -> Set<UInt64> in
+                appender.reclaiming.insert(id)
+                var ids = Set<UInt64>()
+                for write in appender.queue {
+                    if case .link(let link) = write.record.content { ids.insert(link.blobID) }
+                }
+                return ids
+            }
+            defer { _ = appender.withLock { $0.reclaiming.remove(id) } }
+            let file = try segmentFile(id)
+
+            // Which records are live, and their bytes.
+            enum Moved { case blob(Int64), link(ContentHash), tombstone }
+            var live: [(raw: [UInt8], kind: Moved)] = []
+            do {
+                let size = try file.size()
+                let outcome = try SegmentScanner.scan(file) { record in
+                    let kind: Moved?
+                    switch record.content {
+                    case .blob(_, let blobID, _):
+                        let row = try index.blob(id: Int64(bitPattern: blobID))
+                        let here = row.map { $0.segment == id && $0.offset == record.offset } ?? false
+                        kind = here && (row!.references > 0 || queuedBlobs.contains(blobID)) ? .blob(row!.id) : nil
+                    case .link(let link):
+                        let key = CacheKey(url: link.url, variant: link.variant)
+                        let entry = try index.entry(digest: key.digest)?.entry
+                        let current = entry.map { $0.key == key && $0.linkSegment == id && $0.linkOffset == record.offset }
+                        kind = current == true ? .link(key.digest) : nil
+                    case .tombstone(let tombstone):
+                        // Kept until a newer entry for the key supersedes it, so that a rebuild
+                        // from the packs never brings a removed key back.
+                        let key = CacheKey(url: tombstone.url, variant: tombstone.variant)
+                        let entry = try index.entry(digest: key.digest)?.entry
+                        kind = entry.map { $0.key == key && $0.sequence > tombstone.sequence } == true ? nil : .tombstone
+                    }
+                    if let kind { live.append((try file.readRawRecord(at: record.offset, limit: size), kind)) }
+                }
+                if let defect = outcome.defect {
+                    throw StoreError(
+                        code: .corruptRecord,
+                        message: "segment \(id) cannot be compacted: \(defect.reason); run `trove fsck`")
+                }
+            } catch let error as StoreError {
+                throw error
+            } catch {
+                throw StoreError(index: error)
+            }
+
+            // Copy forward, a few records per hold of the appender lock so puts interleave.
+            var copies: [(kind: Moved, segment: UInt32, offset: UInt64)] = []
+            var touched: [UInt32: SegmentFile] = [:]
+            var copied: Int64 = 0
+            for chunk in stride(from: 0, to: live.count, by: 64).map({ live[$0..<min($0 + 64, live.count)] }) {
+                try withAppender { (appender) throws(StoreError) in
+                    for record in chunk {
+                        if appender.pack.needsRotation(forAppending: UInt64(record.raw.count)) {
+                            touched[appender.pack.segment.id] = appender.pack.segment
+                            try appender.rotate(packs: packsDirectory, createdAt: configuration.clock())
+                        }
+                        let offset = try packCall { try appender.pack.appendCopy(record.raw) }
+                        copies.append((record.kind, appender.pack.segment.id, offset))
+                        touched[appender.pack.segment.id] = appender.pack.segment
+                    }
+                }
+                copied += chunk.reduce(0) { $0 + Int64($1.raw.count) }
+            }
+            for file in touched.values { shared.withLock { $0.segmentFiles[file.id] = file } }
+            // Segments created by rotation get their rows (and everything gets synced) first.
+            try commitCycle(state, flushReadTimes: false)
+            if configuration.durability != .none {
+                do { for file in touched.values { try file.synchronize() } } catch { throw StoreError(pack: error) }
+            }
+
+            // One transaction: the index moves to the copies and forgets the segment.
+            var movedBlobs: [Int64: (UInt32, UInt64)] = [:]
+            do {
+                try index.begin()
+                do {
+                    for copy in copies {
+                        switch copy.kind {
+                        case .blob(let blobID):
+                            try index.moveBlob(blobID, to: copy.segment, offset: copy.offset)
+                            movedBlobs[blobID] = (copy.segment, copy.offset)
+                        case .link(let digest): try index.moveLink(of: digest, to: copy.segment, offset: copy.offset)
+                        case .tombstone: break
+                        }
+                    }
+                    try index.deleteDeadBlobs(in: id)
+                    let stranded = try index.dropRecords(segment: id, beyond: 0)
+                    guard stranded.isEmpty else {
+                        throw StoreError(
+                            code: .index,
+                            message: "compaction of segment \(id) would strand \(stranded.count) entries; nothing was changed")
+                    }
+                    try index.deleteSegment(id)
+                    try index.commit()
+                } catch {
+                    try? index.rollback()
+                    throw error
+                }
+            } catch let error as StoreError {
+                throw error
+            } catch {
+                throw StoreError(index: error)
+            }
+
+            // Readers that hold the old file finish from it; new reads go to the copies.
+            shared.withLock { shared in
+                shared.segmentFiles[id] = nil
+                for (key, slot) in shared.slots {
+                    guard case .present(var entry) = slot, let moved = movedBlobs[entry.blob.id] else { continue }
+                    (entry.blob.segment, entry.blob.offset) = moved
+                    shared.slots[key] = .present(entry)
+                }
+            }
+            do {
+                try PackDirectory.removeSegment(id, in: packsDirectory)
+                if configuration.durability != .none { try PackDirectory.synchronize(packsDirectory) }
+            } catch {
+                throw StoreError(pack: error)
+            }
+            return copied
+        }
+    }
+
+    /// Disk usage now: pack segment files plus index files.
+    func diskUsage() -> Int64 {
+        let segments = (try? PackDirectory.segmentIDs(in: packsDirectory)) ?? []
+        let packs = segments.reduce(Int64(0)) {
+            $0 + (SystemCall.fileSize(packsDirectory + "/" + PackFormat.fileName(forSegment: $1)) ?? 0)
+        }
+        let indexPath = directory + "/index.sqlite"
+        return packs + ["", "-wal", "-shm"].reduce(Int64(0)) { $0 + (SystemCall.fileSize(indexPath + $1) ?? 0) }
+    }
+
+    /// Disk usage once every dead byte of the sealed segments is reclaimed: the live bytes, the
+    /// active segment whole (it is not rewritten), segment headers and the index files.
+    func projectedUsage() -> Int64 {
+        guard let rows = try? withIndex({ try $0.segments() }) else { return diskUsage() }
+        let activeID = appender.withLock { $0.pack.segment.id }
+        let indexPath = directory + "/index.sqlite"
+        let index = ["", "-wal", "-shm"].reduce(Int64(0)) { $0 + (SystemCall.fileSize(indexPath + $1) ?? 0) }
+        return rows.reduce(index) { total, row in
+            if row.id == activeID {
+                return total + (SystemCall.fileSize(packsDirectory + "/" + PackFormat.fileName(forSegment: row.id)) ?? 0)
+            }
+            return total + Int64(PackFormat.segmentHeaderSize) + max(0, row.liveBytes)
+        }
+    }
+
+    /// Runs `body` on the committer's connection.
+    func withIndex<T>(_ body: (IndexDatabase) throws -> T) throws(StoreError) -> T {
+        try committer.withLock { (slot) throws(StoreError) -> T in
+            guard let state = slot, !state.isClosed else { throw Self.closedError(directory) }
+            do { return try body(state.index) } catch let error as StoreError { throw error } catch {
+                throw StoreError(index: error)
+            }
+        }
+    }
+}

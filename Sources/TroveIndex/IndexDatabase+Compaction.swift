@@ -1,0 +1,73 @@
+public import TroveCore
+
+// Queries of the compactor: victims for expiry and eviction, and moving records between
+// segments.
+
+extension IndexDatabase {
+    /// Up to `limit` entries that expired at or before `now` (ms), soonest-expired first.
+    public func expiredEntries(now: Int64, limit: Int) throws(IndexError) -> [EntryRow] {
+        try rows(
+            "SELECT \(Self.entryColumns) FROM entries e WHERE e.expires_at IS NOT NULL AND e.expires_at <= ? "
+                + "ORDER BY e.expires_at LIMIT ?", [.integer(now), .integer(Int64(limit))])
+    }
+
+    /// Up to `limit` entries created before `cutoff` (ms), oldest first. Scans the table: for
+    /// on-demand TTLs (`trove compact --ttl`), not for the background path.
+    public func entriesCreated(before cutoff: Int64, limit: Int) throws(IndexError) -> [EntryRow] {
+        try rows(
+            "SELECT \(Self.entryColumns) FROM entries e WHERE e.created_at < ? ORDER BY e.created_at LIMIT ?",
+            [.integer(cutoff), .integer(Int64(limit))])
+    }
+
+    /// The `limit` least recently read entries.
+    public func leastRecentlyUsed(limit: Int) throws(IndexError) -> [EntryRow] {
+        try rows("SELECT \(Self.entryColumns) FROM entries e ORDER BY e.accessed_at LIMIT ?", [.integer(Int64(limit))])
+    }
+
+    private func rows(_ sql: String, _ values: [SQLiteValue]) throws(IndexError) -> [EntryRow] {
+        var out: [EntryRow] = []
+        try connection.statement(sql).query(values) { (r) throws(IndexError) in
+            out.append(Self.entryRow(r))
+            return true
+        }
+        return out
+    }
+
+    /// Records that blob `id` now lives at `offset` of `segment`, moving its live bytes.
+    public func moveBlob(_ id: Int64, to segment: UInt32, offset: UInt64) throws(IndexError) {
+        guard let blob = try blob(id: id) else { return }
+        try connection.statement("UPDATE blobs SET segment = ?, offset = ? WHERE id = ?")
+            .run([.integer(Int64(segment)), .integer(Int64(offset)), .integer(id)])
+        if blob.references > 0 {
+            try addLiveBytes(-Int64(blob.recordBytes), segment: blob.segment)
+            try addLiveBytes(Int64(blob.recordBytes), segment: segment)
+        }
+    }
+
+    /// Records that the link record of entry `digest` now lives at `offset` of `segment`,
+    /// moving its live bytes.
+    public func moveLink(of digest: ContentHash, to segment: UInt32, offset: UInt64) throws(IndexError) {
+        guard
+            let (oldSegment, length) = try connection.statement(
+                "SELECT link_segment, link_length FROM entries WHERE key_hash = ?"
+            ).first([.blob(digest.bytes)], { (UInt32(truncatingIfNeeded: $0.int64(0)), $0.int64(1)) })
+        else { return }
+        try connection.statement("UPDATE entries SET link_segment = ?, link_offset = ? WHERE key_hash = ?")
+            .run([.integer(Int64(segment)), .integer(Int64(offset)), .blob(digest.bytes)])
+        try addLiveBytes(-length, segment: oldSegment)
+        try addLiveBytes(length, segment: segment)
+    }
+
+    /// Deletes the rows of blobs in `segment` that no entry links to; returns how many.
+    @discardableResult
+    public func deleteDeadBlobs(in segment: UInt32) throws(IndexError) -> Int {
+        try connection.statement("DELETE FROM blobs WHERE segment = ? AND refs <= 0").run([.integer(Int64(segment))])
+        return connection.changes
+    }
+
+    /// Sets the live bytes of `segment` (after a rewrite left nothing live in it).
+    public func resetLiveBytes(segment id: UInt32) throws(IndexError) {
+        liveByteDeltas[id] = nil
+        try connection.statement("UPDATE segments SET live_bytes = 0 WHERE id = ?").run([.integer(Int64(id))])
+    }
+}
