@@ -47,6 +47,8 @@ extension Store {
         try commitPending(flushReadTimes: true)
         var report = CompactionReport()
         report.diskBytesBefore = diskUsage()
+        // The WAL only grows between checkpoints; truncate it so usage counts what the index needs.
+        try checkpointIndex()
         let now = configuration.clock()
 
         // 1. Expiry: entries past their expiry, then (on demand) entries older than a TTL.
@@ -65,7 +67,15 @@ extension Store {
         if let capacity = configuration.capacity, Double(diskUsage()) > Double(capacity) * configuration.highWatermark {
             let low = Int64(Double(capacity) * configuration.lowWatermark)
             try removeInBatches(into: &report.evictedEntries, bytes: &report.evictedBytes, while: { self.projectedUsage() > low }) {
-                index in try index.leastRecentlyUsed(limit: Self.compactionBatch)
+                index in
+                // Only as many as the excess needs: a batch of the least recently read, cut
+                // where their records add up to the bytes still to free.
+                var excess = self.projectedUsage(index: index) - low
+                return try index.leastRecentlyUsed(limit: Self.compactionBatch).prefix { row in
+                    guard excess > 0 else { return false }
+                    excess -= row.cost + Int64(row.linkLength) + Int64(PackFormat.recordHeaderSize + PackFormat.blobPrefixSize)
+                    return true
+                }
             }
         }
 
@@ -85,8 +95,14 @@ extension Store {
             report.segmentsDeleted += 1
             if row.liveBytes > 0 { report.segmentsRewritten += 1 }
         }
+        try checkpointIndex()
         report.diskBytesAfter = diskUsage()
         return report
+    }
+
+    /// Copies the index's WAL into the database and truncates it (waits for readers).
+    private func checkpointIndex() throws(StoreError) {
+        try withIndex { try $0.checkpoint() }
     }
 
     static let compactionBatch = 256
@@ -295,14 +311,19 @@ extension Store {
         return packs + ["", "-wal", "-shm"].reduce(Int64(0)) { $0 + (SystemCall.fileSize(indexPath + $1) ?? 0) }
     }
 
-    /// Disk usage once every dead byte of the sealed segments is reclaimed: the live bytes, the
-    /// active segment whole (it is not rewritten), segment headers and the index files.
+    /// Disk usage once every dead byte of the sealed segments is reclaimed and the WAL is
+    /// checkpointed: the live bytes, the active segment whole (it is not rewritten), segment
+    /// headers and the index's database pages. (Counting the WAL would make eviction chase
+    /// the WAL growth its own deletions cause.)
     func projectedUsage() -> Int64 {
-        guard let rows = try? withIndex({ try $0.segments() }) else { return diskUsage() }
+        (try? withIndex { projectedUsage(index: $0) }) ?? diskUsage()
+    }
+
+    /// ``projectedUsage()`` on a connection the caller holds (under the committer lock).
+    func projectedUsage(index: IndexDatabase) -> Int64 {
+        guard let rows = try? index.segments(), let indexBytes = try? index.databaseBytes() else { return diskUsage() }
         let activeID = appender.withLock { $0.pack.segment.id }
-        let indexPath = directory + "/index.sqlite"
-        let index = ["", "-wal", "-shm"].reduce(Int64(0)) { $0 + (SystemCall.fileSize(indexPath + $1) ?? 0) }
-        return rows.reduce(index) { total, row in
+        return rows.reduce(indexBytes) { total, row in
             if row.id == activeID {
                 return total + (SystemCall.fileSize(packsDirectory + "/" + PackFormat.fileName(forSegment: row.id)) ?? 0)
             }

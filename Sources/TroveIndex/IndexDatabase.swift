@@ -107,6 +107,14 @@ public final class IndexDatabase {
         return lines
     }
 
+    /// The size of the database proper (`page_count × page_size`): what the index occupies once
+    /// its WAL is checkpointed and truncated.
+    public func databaseBytes() throws(IndexError) -> Int64 {
+        let pages = try connection.statement("PRAGMA page_count").first { $0.int64(0) } ?? 0
+        let size = try connection.statement("PRAGMA page_size").first { $0.int64(0) } ?? 4096
+        return pages * size
+    }
+
     /// Copies the WAL into the database and truncates it.
     public func checkpoint() throws(IndexError) {
         try connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
