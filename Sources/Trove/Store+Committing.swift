@@ -129,6 +129,7 @@ final class BackgroundCommitter: @unchecked Sendable {
     func start(interval: Duration) {
         let seconds = Double(interval.components.seconds) + Double(interval.components.attoseconds) / 1e18
         let thread = Thread { [self] in
+            var schedule = BackgroundSchedule()
             while true {
                 condition.lock()
                 if !wakeRequested && !shuttingDown {
@@ -138,7 +139,7 @@ final class BackgroundCommitter: @unchecked Sendable {
                 wakeRequested = false
                 condition.unlock()
                 guard !stop, let store else { break }
-                store.commitInBackground()
+                store.backgroundWork(&schedule)
             }
             exited.signal()
         }
@@ -168,10 +169,29 @@ final class BackgroundCommitter: @unchecked Sendable {
     }
 }
 
+/// When the background thread last compacted and last checked disk usage.
+struct BackgroundSchedule {
+    var lastCompaction = ContinuousClock.now
+    var lastUsageCheck = ContinuousClock.now
+}
+
 extension Store {
-    func commitInBackground() {
+    /// One wake-up of the background thread: a commit cycle, then a compaction pass when the
+    /// timer says so or disk usage passed the high watermark (checked at most once a second).
+    /// The first error is kept in ``backgroundError``.
+    func backgroundWork(_ schedule: inout BackgroundSchedule) {
         do {
             try commitPending()
+            let now = ContinuousClock.now
+            var due = configuration.compactionInterval.map { now - schedule.lastCompaction >= $0 } ?? false
+            if !due, let capacity = configuration.capacity, now - schedule.lastUsageCheck >= .seconds(1) {
+                schedule.lastUsageCheck = now
+                due = Double(diskUsage()) > Double(capacity) * configuration.highWatermark
+            }
+            if due {
+                schedule.lastCompaction = now
+                _ = try compactPass(timeToLive: nil)
+            }
         } catch where error.code == .closed {
             return
         } catch {

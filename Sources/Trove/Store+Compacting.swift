@@ -80,7 +80,9 @@ extension Store {
         }
 
         // 3 and 4. Rewrite sparse sealed segments (all with dead bytes while over capacity,
-        //    most dead first) and delete empty ones.
+        //    most dead first) and delete empty ones. An active segment that is sparse, or holds
+        //    dead bytes while the store is over capacity, is sealed first so it can be rewritten.
+        try sealActiveSegmentIfWorthRewriting()
         let activeID = appender.withLock { $0.pack.segment.id }
         let sealed = try withIndex { try $0.segments() }.filter { $0.isSealed && $0.id < activeID }
         let candidates = sealed.map { row -> (row: SegmentRow, size: Int64) in
@@ -106,6 +108,28 @@ extension Store {
     }
 
     static let compactionBatch = 256
+
+    private func sealActiveSegmentIfWorthRewriting() throws(StoreError) {
+        let overCapacity = configuration.capacity.map { diskUsage() > $0 } ?? false
+        try committer.withLock { (slot) throws(StoreError) in
+            guard let state = slot, !state.isClosed else { throw Self.closedError(directory) }
+            try commitCycle(state, flushReadTimes: false)
+            let (activeID, end) = appender.withLock { ($0.pack.segment.id, $0.pack.end) }
+            let live: Int64
+            do { live = try state.index.segments().first { $0.id == activeID }?.liveBytes ?? 0 } catch {
+                throw StoreError(index: error)
+            }
+            let body = Int64(end) - Int64(PackFormat.segmentHeaderSize)
+            let dead = body - live
+            guard dead > 0, overCapacity || Double(live) < configuration.rewriteLiveRatio * Double(body) else { return }
+            try withAppender { (appender) throws(StoreError) in
+                guard appender.pack.segment.id == activeID else { return }
+                try appender.rotate(packs: packsDirectory, createdAt: configuration.clock())
+            }
+            // Commits the new segment's row and marks the old one sealed.
+            try commitCycle(state, flushReadTimes: false)
+        }
+    }
 
     /// Removes the entries `victims` yields, a batch at a time, while `condition` holds.
     private func removeInBatches(
@@ -311,9 +335,8 @@ extension Store {
         return packs + ["", "-wal", "-shm"].reduce(Int64(0)) { $0 + (SystemCall.fileSize(indexPath + $1) ?? 0) }
     }
 
-    /// Disk usage once every dead byte of the sealed segments is reclaimed and the WAL is
-    /// checkpointed: the live bytes, the active segment whole (it is not rewritten), segment
-    /// headers and the index's database pages. (Counting the WAL would make eviction chase
+    /// Disk usage once every dead byte is reclaimed and the WAL is checkpointed: the live bytes,
+    /// segment headers and the index's database pages. (Counting the WAL would make eviction chase
     /// the WAL growth its own deletions cause.)
     func projectedUsage() -> Int64 {
         (try? withIndex { projectedUsage(index: $0) }) ?? diskUsage()
@@ -322,13 +345,9 @@ extension Store {
     /// ``projectedUsage()`` on a connection the caller holds (under the committer lock).
     func projectedUsage(index: IndexDatabase) -> Int64 {
         guard let rows = try? index.segments(), let indexBytes = try? index.databaseBytes() else { return diskUsage() }
-        let activeID = appender.withLock { $0.pack.segment.id }
-        return rows.reduce(indexBytes) { total, row in
-            if row.id == activeID {
-                return total + (SystemCall.fileSize(packsDirectory + "/" + PackFormat.fileName(forSegment: row.id)) ?? 0)
-            }
-            return total + Int64(PackFormat.segmentHeaderSize) + max(0, row.liveBytes)
-        }
+        // Every segment counts its header and live bytes: sealed ones are rewritten, and the
+        // active one is sealed when that is worth it (see sealActiveSegmentIfWorthRewriting).
+        return rows.reduce(indexBytes) { $0 + Int64(PackFormat.segmentHeaderSize) + max(0, $1.liveBytes) }
     }
 
     /// Runs `body` on the committer's connection.

@@ -51,8 +51,9 @@ extension Store {
         /// its live records are copied forward and the file deleted. Default: 0.5.
         public var rewriteLiveRatio: Double = 0.5
 
-        /// How often the background compactor runs a pass; nil turns it off (``Store/compact(timeToLive:)``
-        /// still works). Default: 60 s.
+        /// How often the background thread runs a compaction pass; nil turns the timer off. A pass
+        /// also starts whenever disk usage passes the high watermark of ``capacity`` (checked
+        /// once a second), and ``Store/compact(timeToLive:)`` runs one on demand. Default: 60 s.
         public var compactionInterval: Duration? = .seconds(60)
 
         /// The function that addresses content. Tests replace it to force hash collisions.

@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 public import TroveCore
 import TroveIndex
 import TrovePack
@@ -131,8 +131,9 @@ public final class Store: Sendable {
         if let failure { throw failure }
     }
 
-    /// The first error of background work (the commit thread), if any. It stays set until the
-    /// store is closed; the writes it concerns stay queued and are retried at the next cycle.
+    /// The first error of background work (commit cycles and compaction passes), if any. It
+    /// stays set until the store is closed; queued writes stay queued and are retried at the
+    /// next cycle, and the next pass tries compaction again.
     public var backgroundError: StoreError? {
         shared.withLock { $0.backgroundError }
     }

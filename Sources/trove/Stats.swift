@@ -15,7 +15,10 @@ extension TroveCommand {
 
         func run() throws {
             let directory = store.directory
-            let stats = try store.withStore { try $0.statistics() }
+            let (stats, backgroundError) = try store.withStore { store in (try store.statistics(), store.backgroundError) }
+            if let backgroundError {
+                FileHandle.standardError.write(Data("trove: background error: \(backgroundError.message)\n".utf8))
+            }
             if json {
                 let encoder = JSONEncoder()
                 encoder.outputFormatting = [.prettyPrinted, .sortedKeys]

@@ -18,9 +18,13 @@ struct StoreOptions: ParsableArguments {
     var directory: String { path ?? Store.defaultDirectory }
 
     /// Opens the store, runs `body`, closes the store; store errors become exit code 2.
-    func withStore<T>(_ body: (Store) throws -> T) throws -> T {
+    func withStore<T>(configure: (inout Store.Configuration) -> Void = { _ in }, _ body: (Store) throws -> T) throws -> T {
         do {
-            let store = try Store(directory: directory, configuration: Store.Configuration(durability: durability))
+            var configuration = Store.Configuration(durability: durability)
+            // A command-line run is short: compaction happens when asked for (`trove compact`).
+            configuration.compactionInterval = nil
+            configure(&configuration)
+            let store = try Store(directory: directory, configuration: configuration)
             do {
                 let result = try body(store)
                 try store.close()

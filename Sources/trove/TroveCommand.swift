@@ -11,5 +11,5 @@ struct TroveCommand: AsyncParsableCommand {
             damaged, I/O); 64 bad arguments.
             """,
         version: "0.1.0",
-        subcommands: [Put.self, Get.self, Remove.self, List.self, Stats.self, Bench.self])
+        subcommands: [Put.self, Get.self, Remove.self, List.self, Stats.self, Compact.self, Bench.self])
 }

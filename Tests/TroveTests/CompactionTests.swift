@@ -212,3 +212,23 @@ import TroveTestSupport
         }
     }
 }
+
+@Suite struct BackgroundCompactionTests {
+    @Test func passingTheHighWatermarkStartsAPassByItself() async throws {
+        try await withTemporaryDirectory { dir in
+            let capacity: Int64 = 1 << 20
+            let store = try openStore(dir, segmentSize: 128 << 10) {
+                $0.capacity = capacity
+                $0.compactionInterval = nil
+            }
+            for i in 0..<150 { try store.put(Data(testBytes(seed: UInt64(i), count: 20_000)), for: key(i)) }
+            #expect(store.diskUsage() > capacity)
+            // The background thread checks usage once a second; give it a few.
+            let deadline = Date().addingTimeInterval(20)
+            while store.diskUsage() > capacity && Date() < deadline { try await Task.sleep(for: .milliseconds(100)) }
+            #expect(store.diskUsage() <= capacity)
+            #expect(store.backgroundError == nil)
+            #expect(try store.data(for: key(149)) == Data(testBytes(seed: 149, count: 20_000)))
+        }
+    }
+}
