@@ -1,6 +1,9 @@
 // The child process of the crash suite (Tests/TroveTests/CrashTests.swift).
 //
-// Usage: CrashWriter STORE SEED DURABILITY SEGMENT_SIZE
+// Usage: CrashWriter STORE SEED DURABILITY SEGMENT_SIZE [compact]
+//
+// With `compact`, a second thread runs compaction passes back to back while the writer writes,
+// so that kills land in the middle of segment rewrites too.
 //
 // Opens the store and writes to it until it is killed. Before each operation it prints the
 // operation on stdout, and "OK" once the store acknowledged it, each with one write(2) so that
@@ -8,6 +11,7 @@
 //   P <key> <contentSeed> <size>   put of testBytes(seed: contentSeed, count: size), etag "cs:size"
 //   R <key>                        remove
 //   G <key>                        get (the child checks its own reads; exit 3 on wrong bytes)
+//   C <n>                          a compaction pass deleted n segments (not an operation)
 // It prints "READY <pid>" once the store is open.
 
 import Foundation
@@ -30,15 +34,16 @@ func emit(_ line: String) {
 }
 
 let arguments = CommandLine.arguments
-guard arguments.count == 5, let seed = UInt64(arguments[2]), let durability = Durability(rawValue: arguments[3]),
+guard arguments.count == 5 || arguments.count == 6 && arguments[5] == "compact", let seed = UInt64(arguments[2]), let durability = Durability(rawValue: arguments[3]),
     let segmentSize = Int64(arguments[4])
 else {
-    FileHandle.standardError.write(Data("usage: CrashWriter STORE SEED DURABILITY SEGMENT_SIZE\n".utf8))
+    FileHandle.standardError.write(Data("usage: CrashWriter STORE SEED DURABILITY SEGMENT_SIZE [compact]\n".utf8))
     exit(2)
 }
 
 var configuration = Store.Configuration(durability: durability)
 configuration.segmentSize = segmentSize
+configuration.compactionInterval = nil
 let store: Store
 do {
     store = try Store(directory: arguments[1], configuration: configuration)
@@ -47,6 +52,21 @@ do {
     exit(1)
 }
 emit("READY \(getpid())")
+
+if arguments.count == 6 {
+    Thread.detachNewThread {
+        while true {
+            do {
+                let report = try store.compact()
+                if report.segmentsDeleted > 0 { emit("C \(report.segmentsDeleted)") }
+            } catch {
+                FileHandle.standardError.write(Data("CrashWriter: compaction failed: \(error)\n".utf8))
+                exit(5)
+            }
+            usleep(1_000)
+        }
+    }
+}
 
 var generator = SeededGenerator(seed: seed)
 var counter: UInt64 = 0
