@@ -19,6 +19,8 @@ public struct CompactionReport: Hashable, Sendable, Codable {
     public var segmentsDeleted = 0
     /// Bytes of live records copied forward.
     public var bytesCopied: Int64 = 0
+    /// Segments left alone because they hold damaged records (`trove fsck --repair` handles them).
+    public var segmentsSkipped = 0
     /// Disk usage (packs and index) when the pass started.
     public var diskBytesBefore: Int64 = 0
     /// Disk usage when the pass ended.
@@ -93,7 +95,13 @@ extension Store {
             let overCapacity = configuration.capacity.map { diskUsage() > $0 } ?? false
             let sparse = Double(row.liveBytes) < configuration.rewriteLiveRatio * Double(body)
             guard row.liveBytes <= 0 || sparse || (overCapacity && row.liveBytes < body) else { continue }
-            report.bytesCopied += try rewrite(segment: row.id)
+            do {
+                report.bytesCopied += try rewrite(segment: row.id)
+            } catch where error.code == .corruptRecord {
+                // A damaged segment is left for `trove fsck --repair`; the rest of the pass goes on.
+                report.segmentsSkipped += 1
+                continue
+            }
             report.segmentsDeleted += 1
             if row.liveBytes > 0 { report.segmentsRewritten += 1 }
         }
@@ -108,6 +116,19 @@ extension Store {
     }
 
     static let compactionBatch = 256
+
+    /// Seals segment `id` if it is the active one, so that it can be rewritten.
+    func sealIfActive(_ id: UInt32) throws(StoreError) {
+        try committer.withLock { (slot) throws(StoreError) in
+            guard let state = slot, !state.isClosed else { throw Self.closedError(directory) }
+            let rotated = try withAppender { (appender) throws(StoreError) -> Bool in
+                guard appender.pack.segment.id == id else { return false }
+                try appender.rotate(packs: packsDirectory, createdAt: configuration.clock())
+                return true
+            }
+            if rotated { try commitCycle(state, flushReadTimes: false) }
+        }
+    }
 
     private func sealActiveSegmentIfWorthRewriting() throws(StoreError) {
         let overCapacity = configuration.capacity.map { diskUsage() > $0 } ?? false
@@ -194,7 +215,9 @@ extension Store {
     /// Copies the live records of sealed segment `id` forward into the active segment, syncs
     /// them, moves the index to the copies and deletes the segment's row in one transaction,
     /// and only then unlinks the file. Returns the bytes copied.
-    private func rewrite(segment id: UInt32) throws(StoreError) -> Int64 {
+    /// - Parameter salvaging: scan past damaged bytes and drop them (fsck's repair), instead of
+    ///   leaving a damaged segment alone.
+    func rewrite(segment id: UInt32, salvaging: Bool = false) throws(StoreError) -> Int64 {
         try committer.withLock { (slot) throws(StoreError) -> Int64 in
             guard let state = slot, !state.isClosed else { throw Self.closedError(directory) }
             let index = state.index
@@ -216,7 +239,7 @@ extension Store {
             var live: [(raw: [UInt8], kind: Moved)] = []
             do {
                 let size = try file.size()
-                let outcome = try SegmentScanner.scan(file) { record in
+                let visit: (ScannedRecord) throws -> Void = { record in
                     let kind: Moved?
                     switch record.content {
                     case .blob(_, let blobID, _):
@@ -237,10 +260,12 @@ extension Store {
                     }
                     if let kind { live.append((try file.readRawRecord(at: record.offset, limit: size), kind)) }
                 }
-                if let defect = outcome.defect {
+                if salvaging {
+                    _ = try SegmentScanner.scanAll(file, visit: visit)
+                } else if let defect = try SegmentScanner.scan(file, visit: visit).defect {
                     throw StoreError(
                         code: .corruptRecord,
-                        message: "segment \(id) cannot be compacted: \(defect.reason); run `trove fsck`")
+                        message: "segment \(id) cannot be compacted: \(defect.reason); run `trove fsck --repair`")
                 }
             } catch let error as StoreError {
                 throw error

@@ -42,6 +42,51 @@ public struct ScanOutcome: Sendable {
 
 /// Walks the records of a segment in order, verifying each.
 public enum SegmentScanner {
+    /// Visits every valid record of `file`, skipping damage: after a byte that does not start a
+    /// valid record, it searches forward for the next offset that does (magic, header, checksum
+    /// and body all valid) and goes on from there. For fsck and rebuilds, which must find every
+    /// intact record, not only those before the first damage.
+    ///
+    /// - Returns: the damaged ranges found, as (start, end, reason).
+    public static func scanAll(
+        _ file: SegmentFile, visit: (ScannedRecord) throws -> Void
+    ) throws -> [(start: UInt64, end: UInt64, reason: String)] {
+        var damage: [(start: UInt64, end: UInt64, reason: String)] = []
+        var position = UInt64(PackFormat.segmentHeaderSize)
+        let size = try file.size()
+        while position < size {
+            let outcome = try scan(file, from: position, visit: visit)
+            guard let defect = outcome.defect else { break }
+            // Search forward byte by byte for the next valid record; records are checksummed,
+            // so a false start is rejected.
+            var next = defect.offset + 1
+            var found: UInt64?
+            while next + UInt64(PackFormat.recordHeaderSize) <= size {
+                if try startsValidRecord(file, at: next, limit: size) {
+                    found = next
+                    break
+                }
+                next += 1
+            }
+            damage.append((defect.offset, found ?? size, defect.reason))
+            guard let found else { break }
+            position = found
+        }
+        return damage
+    }
+
+    private static func startsValidRecord(_ file: SegmentFile, at offset: UInt64, limit: UInt64) throws -> Bool {
+        var magic = [UInt8](repeating: 0, count: 4)
+        _ = try magic.withUnsafeMutableBytes { try file.read(into: $0, at: offset) }
+        guard magic == [0x54, 0x52, 0x56, 0x52] else { return false }
+        do {
+            _ = try file.readRecord(at: offset, limit: limit)
+            return true
+        } catch let error as PackError where error.code == .corruptRecord || error.code == .truncatedRecord {
+            return false
+        }
+    }
+
     /// Visits every valid record of `file` from `offset` and stops at the first byte that does
     /// not start a valid record (a torn tail, corruption, or the end of the file).
     ///

@@ -69,6 +69,8 @@ enum ExitCodes {
     static let notFound: Int32 = 1
     /// The store failed: locked by another process, damaged, or an I/O error.
     static let storeFailure: Int32 = 2
+    /// `trove fsck` found damage it did not repair.
+    static let damaged: Int32 = 3
 }
 
 /// Writes `text` to stdout.

@@ -30,8 +30,10 @@ struct SharedState {
     var segmentFiles: [UInt32: SegmentFile] = [:]
     /// Set by close(): every operation after it throws ``StoreError/Code/closed``.
     var isClosed = false
-    /// The first error of background work (the group-commit timer), sticky until close.
+    /// The first error of background work (commit cycles, compaction), sticky until close.
     var backgroundError: StoreError?
+    /// Whether an fsck has already reported what opening the store repaired.
+    var recoveryReported = false
 }
 
 /// A read-only index connection lent to one reader at a time.

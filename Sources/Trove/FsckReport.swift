@@ -1,0 +1,67 @@
+/// What ``Store/fsck(repair:progress:)`` found and, with repair, fixed.
+public struct FsckReport: Hashable, Sendable, Codable {
+    /// One problem.
+    public struct Finding: Hashable, Sendable, Codable {
+        /// The kind of a finding (Docs/Operations.md says what each means and what to do).
+        public enum Kind: String, Hashable, Sendable, Codable, CaseIterable {
+            /// SQLite's `integrity_check` reported damage in the index file.
+            case indexIntegrity
+            /// A record failed verification (checksum, header, body) or bytes between records
+            /// are unreadable.
+            case corruptRecord
+            /// An index row points at a record that is missing, of the wrong kind, or not the one
+            /// the row describes.
+            case staleIndexRow
+            /// An intact record in the packs that the index should reflect but does not (a write
+            /// whose index commit was lost).
+            case orphanRecord
+            /// A blob's stored reference count differs from the entries linked to it.
+            case wrongReferenceCount
+            /// A segment's stored live bytes differ from what its rows add up to.
+            case wrongLiveBytes
+            /// The index names a segment whose file is missing.
+            case missingSegment
+            /// A segment file the index does not name.
+            case orphanSegment
+            /// A segment file is shorter than the index says.
+            case truncatedSegment
+        }
+
+        /// The kind.
+        public var kind: Kind
+        /// What is wrong, naming the segment, offset and key when there are some.
+        public var message: String
+        /// The segment involved.
+        public var segment: UInt32?
+        /// The offset in the segment.
+        public var offset: UInt64?
+        /// Whether `--repair` fixed it.
+        public var repaired = false
+    }
+
+    /// Everything found, in the order found.
+    public var findings: [Finding] = []
+    /// Segment files checked.
+    public var segmentsChecked = 0
+    /// Records whose checksum was verified.
+    public var recordsVerified = 0
+    /// Bytes read and verified.
+    public var bytesVerified: Int64 = 0
+    /// Entries lost because their bytes were damaged (dropped by repair).
+    public var entriesLost = 0
+
+    /// Whether nothing was found.
+    public var isClean: Bool { findings.isEmpty }
+    /// Whether something was found and all of it repaired.
+    public var isRepaired: Bool { !findings.isEmpty && findings.allSatisfy(\.repaired) }
+}
+
+/// Progress of long work (fsck, compaction, rebuild): what is being done and how far it is.
+public struct WorkProgress: Sendable, Hashable {
+    /// The phase, e.g. "verifying records".
+    public var phase: String
+    /// Bytes done in this phase.
+    public var bytesDone: Int64
+    /// Bytes this phase will do in all, when known.
+    public var bytesTotal: Int64?
+}
