@@ -151,6 +151,10 @@ import TroveTestSupport
                     #expect(actual == model[k], "round \(round) key \(k): expected \(String(describing: model[k])), got \(String(describing: actual))")
                 }
             }
+            // fsck finds nothing that opening the store did not already repair.
+            let check = try store.fsck()
+            let unrepaired = check.findings.filter { !$0.repaired }
+            #expect(unrepaired.isEmpty, "round \(round): \(unrepaired)")
             // The store keeps working after the crash, compaction included.
             let probe = CacheKey(url: "https://crash.example/probe")
             try store.put(Data("probe \(round)".utf8), for: probe)
@@ -165,6 +169,8 @@ import TroveTestSupport
         if compacting { #expect(compactedInChild > 0) }
         let store = try openStore(dir)
         #expect(store.recoveryReport.isClean)
+        let final = try store.fsck()
+        #expect(final.isClean, "\(final.findings)")
         #expect(try store.statistics().entries == model.values.count)
         print("crash suite\(compacting ? " with compaction" : ""): \(rounds) rounds, \(totalOps) acknowledged operations, \(tornTails) torn tails cut\(compacting ? ", \(compactedInChild) segments reclaimed by the child, \(compactedSegments) after reopening" : "")")
     }
