@@ -38,14 +38,16 @@ extension Store {
     /// index is committed, and only then is a file deleted. Reads go on throughout; writes go on
     /// unless eight batches queue up while a segment is being rewritten.
     ///
-    /// - Parameter timeToLive: also remove entries created longer ago than this.
+    /// - Parameters:
+    ///   - timeToLive: also remove entries created longer ago than this.
+    ///   - progress: called as segments are processed.
     /// - Returns: what was expired, evicted and reclaimed.
     @discardableResult
-    public func compact(timeToLive: Duration? = nil) throws -> CompactionReport {
-        try compactPass(timeToLive: timeToLive)
+    public func compact(timeToLive: Duration? = nil, progress: (WorkProgress) -> Void = { _ in }) throws -> CompactionReport {
+        try compactPass(timeToLive: timeToLive, progress: progress)
     }
 
-    func compactPass(timeToLive: Duration?) throws(StoreError) -> CompactionReport {
+    func compactPass(timeToLive: Duration?, progress: (WorkProgress) -> Void = { _ in }) throws(StoreError) -> CompactionReport {
         try commitPending(flushReadTimes: true)
         var report = CompactionReport()
         report.diskBytesBefore = diskUsage()
@@ -90,7 +92,13 @@ extension Store {
         let candidates = sealed.map { row -> (row: SegmentRow, size: Int64) in
             (row, SystemCall.fileSize(packsDirectory + "/" + PackFormat.fileName(forSegment: row.id)) ?? 0)
         }.sorted { ($0.size - $0.row.liveBytes) > ($1.size - $1.row.liveBytes) }
+        let totalBytes = candidates.reduce(Int64(0)) { $0 + $1.size }
+        var doneBytes: Int64 = 0
         for (row, size) in candidates {
+            defer {
+                doneBytes += size
+                progress(WorkProgress(phase: "compacting segments", bytesDone: doneBytes, bytesTotal: totalBytes))
+            }
             let body = max(1, size - Int64(PackFormat.segmentHeaderSize))
             let overCapacity = configuration.capacity.map { diskUsage() > $0 } ?? false
             let sparse = Double(row.liveBytes) < configuration.rewriteLiveRatio * Double(body)

@@ -137,3 +137,71 @@ import TroveTestSupport
         }
     }
 }
+
+@Suite struct MaintenanceCommandTests {
+    func trove(_ arguments: [String], stdin: Data? = nil) throws -> ProcessOutput {
+        try runProcess(productsDirectory + "/trove", arguments, stdin: stdin)
+    }
+
+    func fill(_ store: String, count: Int) throws {
+        for i in 0..<count {
+            let r = try trove(["put", "--store", store, "https://x/\(i)", "-"], stdin: Data(testBytes(seed: UInt64(i), count: 30_000)))
+            #expect(r.status == 0)
+        }
+    }
+
+    @Test func compactPrintsWhatItDidAndHoldsTheCapacity() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = dir + "/store"
+            try fill(store, count: 40)
+            let run = try trove(["compact", "--store", store, "--capacity", "600K"])
+            #expect(run.status == 0, "\(run.stderrText)")
+            #expect(run.stdoutText.contains("evicted"))
+            #expect(run.stdoutText.contains("reclaimed"))
+            // stderr is a pipe here: no progress line.
+            #expect(run.stderrText.isEmpty)
+            let stats = try JSONSerialization.jsonObject(with: try trove(["stats", "--store", store, "--json"]).stdout) as? [String: Any]
+            #expect((stats?["diskBytes"] as? Int ?? .max) <= 600 * 1024)
+            let json = try trove(["compact", "--store", store, "--ttl", "0s", "--json"])
+            let report = try JSONSerialization.jsonObject(with: json.stdout) as? [String: Any]
+            #expect((report?["expiredEntries"] as? Int ?? 0) > 0)
+            #expect(try trove(["ls", "--store", store]).stdoutText.isEmpty)
+            #expect(try trove(["compact", "--store", store, "--capacity", "lots"]).status == 64)
+            #expect(try trove(["compact", "--store", store, "--ttl", "soon"]).status == 64)
+        }
+    }
+
+    @Test func fsckExitCodesSayCleanRepairedOrDamaged() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = dir + "/store"
+            try fill(store, count: 10)
+            let clean = try trove(["fsck", "--store", store])
+            #expect(clean.status == 0)
+            #expect(clean.stdoutText.hasSuffix("clean\n"))
+            // Damage one payload byte.
+            let handle = try FileHandle(forUpdating: URL(fileURLWithPath: store + "/packs/00000001.pack"))
+            try handle.seek(toOffset: 5_000)
+            let byte = try handle.read(upToCount: 1)![0]
+            try handle.seek(toOffset: 5_000)
+            try handle.write(contentsOf: [byte ^ 0xFF])
+            try handle.close()
+            let damaged = try trove(["fsck", "--store", store])
+            #expect(damaged.status == 3)
+            #expect(damaged.stdoutText.contains("corruptRecord"))
+            let repaired = try trove(["fsck", "--store", store, "--repair", "--json"])
+            #expect(repaired.status == 1)
+            let report = try JSONSerialization.jsonObject(with: repaired.stdout) as? [String: Any]
+            #expect(report?["entriesLost"] as? Int == 1)
+            #expect(try trove(["fsck", "--store", store]).status == 0)
+            // Every other entry is intact.
+            for i in 1..<10 {
+                #expect(try trove(["get", "--store", store, "https://x/\(i)"]).stdout == Data(testBytes(seed: UInt64(i), count: 30_000)))
+            }
+            // A lost index: --rebuild-index brings the entries back.
+            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: store + "/index.sqlite" + suffix) }
+            let rebuilt = try trove(["fsck", "--store", store, "--rebuild-index"])
+            #expect(rebuilt.status == 0, "\(rebuilt.stdoutText)\(rebuilt.stderrText)")
+            #expect(try trove(["ls", "--store", store]).stdoutText.split(separator: "\n").count == 9)
+        }
+    }
+}
