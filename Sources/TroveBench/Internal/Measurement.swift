@@ -30,14 +30,14 @@ struct Measurement {
 /// group commit, is paid for inside the measurement); checks are not counted.
 func measure<T>(
     _ count: Int, finish: () throws -> Void = {}, _ body: (Int) throws -> T,
-    check: (Int, T) throws -> Void = { _, _ in }
+    check: (Int, T) throws -> Void = { _, _ in }, synced: Bool = true
 ) throws -> Measurement {
     var m = Measurement()
     m.latencies.reserveCapacity(count)
     // Start every timed loop from a clean page cache: otherwise whoever runs next pays for the
     // writeback of what earlier workloads left dirty, and the order of workloads decides the
     // numbers.
-    sync()
+    if synced { sync() }
     let clock = ContinuousClock()
     var total = Duration.zero
     for i in 0..<count {
