@@ -231,6 +231,11 @@ extension Store {
             let index = state.index
             // The index must reflect every queued write before liveness is judged.
             try commitCycle(state, flushReadTimes: false)
+            // Another pass (the background one and an explicit one can interleave) may have
+            // reclaimed the segment since this pass listed it.
+            let stillThere: Bool
+            do { stillThere = try index.segments().contains { $0.id == id && $0.isSealed } } catch { throw StoreError(index: error) }
+            guard stillThere else { return 0 }
             let queuedBlobs = appender.withLock { appender -> Set<UInt64> in
                 appender.reclaiming.insert(id)
                 var ids = Set<UInt64>()
@@ -243,7 +248,7 @@ extension Store {
             let file = try segmentFile(id)
 
             // Which records are live, and their bytes.
-            enum Moved { case blob(Int64), link(ContentHash), tombstone }
+            enum Moved { case blob(Int64), link(ContentHash, from: UInt64), tombstone }
             var live: [(raw: [UInt8], kind: Moved)] = []
             do {
                 let size = try file.size()
@@ -258,7 +263,7 @@ extension Store {
                         let key = CacheKey(url: link.url, variant: link.variant)
                         let entry = try index.entry(digest: key.digest)?.entry
                         let current = entry.map { $0.key == key && $0.linkSegment == id && $0.linkOffset == record.offset }
-                        kind = current == true ? .link(key.digest) : nil
+                        kind = current == true ? .link(key.digest, from: record.offset) : nil
                     case .tombstone(let tombstone):
                         // Kept until a newer entry for the key supersedes it, so that a rebuild
                         // from the packs never brings a removed key back.
@@ -316,7 +321,8 @@ extension Store {
                         case .blob(let blobID):
                             try index.moveBlob(blobID, to: copy.segment, offset: copy.offset)
                             movedBlobs[blobID] = (copy.segment, copy.offset)
-                        case .link(let digest): try index.moveLink(of: digest, to: copy.segment, offset: copy.offset)
+                        case .link(let digest, let from):
+                            try index.moveLink(of: digest, from: (id, from), to: copy.segment, offset: copy.offset)
                         case .tombstone: break
                         }
                     }

@@ -44,18 +44,24 @@ extension IndexDatabase {
         }
     }
 
-    /// Records that the link record of entry `digest` now lives at `offset` of `segment`,
-    /// moving its live bytes.
-    public func moveLink(of digest: ContentHash, to segment: UInt32, offset: UInt64) throws(IndexError) {
+    /// Records that the link record of entry `digest`, copied from `from`, now lives at
+    /// `offset` of `segment`, moving its live bytes — only if the entry still points at `from`
+    /// (a newer write for the key may have been committed since the copy was made).
+    /// - Returns: whether the entry was moved.
+    @discardableResult
+    public func moveLink(
+        of digest: ContentHash, from: (segment: UInt32, offset: UInt64), to segment: UInt32, offset: UInt64
+    ) throws(IndexError) -> Bool {
         guard
-            let (oldSegment, length) = try connection.statement(
-                "SELECT link_segment, link_length FROM entries WHERE key_hash = ?"
-            ).first([.blob(digest.bytes)], { (UInt32(truncatingIfNeeded: $0.int64(0)), $0.int64(1)) })
-        else { return }
+            let length = try connection.statement(
+                "SELECT link_length FROM entries WHERE key_hash = ? AND link_segment = ? AND link_offset = ?"
+            ).first([.blob(digest.bytes), .integer(Int64(from.segment)), .integer(Int64(from.offset))], { $0.int64(0) })
+        else { return false }
         try connection.statement("UPDATE entries SET link_segment = ?, link_offset = ? WHERE key_hash = ?")
             .run([.integer(Int64(segment)), .integer(Int64(offset)), .blob(digest.bytes)])
-        try addLiveBytes(-length, segment: oldSegment)
+        try addLiveBytes(-length, segment: from.segment)
         try addLiveBytes(length, segment: segment)
+        return true
     }
 
     /// Deletes the rows of blobs in `segment` that no entry links to; returns how many.

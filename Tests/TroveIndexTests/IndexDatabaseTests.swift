@@ -174,4 +174,26 @@ import TroveTestSupport
             #expect(try index.totals().entries == 0)
         }
     }
+
+    @Test func aLinkMovesOnlyFromWhereTheEntryStillPoints() async throws {
+        try await withTemporaryDirectory { dir in
+            let index = try IndexDatabase(path: dir + "/i.sqlite", readOnly: false)
+            try index.insertSegment(id: 1, indexedBytes: 32)
+            try index.insertSegment(id: 2, indexedBytes: 32)
+            let blob = try insert(index, hash: ContentHash(high: 1, low: 1), length: 10, segment: 1, offset: 32, recordBytes: 58)
+            try index.begin()
+            try index.link(entry("a", blob: blob, sequence: 1, linkOffset: 100))
+            // A newer write for "a" was committed meanwhile: its link is at 300 now.
+            try index.link(entry("a", blob: blob, sequence: 2, linkOffset: 300))
+            // The compactor copied the old link (at 100) and must not move the entry onto it.
+            #expect(try !index.moveLink(of: CacheKey(url: "a").digest, from: (1, 100), to: 2, offset: 40))
+            #expect(try index.entry(digest: CacheKey(url: "a").digest)?.entry.linkOffset == 300)
+            #expect(try index.moveLink(of: CacheKey(url: "a").digest, from: (1, 300), to: 2, offset: 40))
+            let moved = try index.entry(digest: CacheKey(url: "a").digest)?.entry
+            #expect(moved?.linkSegment == 2)
+            #expect(moved?.linkOffset == 40)
+            try index.commit()
+            #expect(try index.wrongLiveBytes().isEmpty)
+        }
+    }
 }
