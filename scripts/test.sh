@@ -2,7 +2,7 @@
 # Sets up a fresh Debian machine and runs Trove's whole test suite:
 #   1. installs the system libraries Trove needs (scripts/bootstrap.sh);
 #   2. builds and runs every test (swift test);
-#   3. runs the concurrency, store and crash suites again under ThreadSanitizer
+#   3. runs the concurrency, store, crash and compaction suites again under ThreadSanitizer
 #      (skip with TROVE_SKIP_TSAN=1);
 #   4. builds the Benchmarks/ package, so the benchmarks keep compiling against the library
 #      (skip with TROVE_SKIP_BENCHMARKS_BUILD=1; running them is `trove bench`, not a test).
@@ -15,8 +15,8 @@ swift build --build-tests
 swift test
 
 if [ "${TROVE_SKIP_TSAN:-0}" != "1" ]; then
-  echo "== ThreadSanitizer: concurrency, store and crash suites"
-  swift test --sanitize=thread --scratch-path .build-tsan --filter "ConcurrencyTests|StoreTests|CrashTests"
+  echo "== ThreadSanitizer: concurrency, store, crash and compaction suites"
+  swift test --sanitize=thread --scratch-path .build-tsan --filter "ConcurrencyTests|StoreTests|CrashTests|CompactionTests"
 fi
 
 if [ "${TROVE_SKIP_BENCHMARKS_BUILD:-0}" != "1" ]; then
