@@ -19,6 +19,7 @@ let package = Package(
             dependencies: [
                 .product(name: "Benchmark", package: "benchmark"),
                 .product(name: "TroveBench", package: "Trove"),
+                .product(name: "Trove", package: "Trove"),
             ],
             path: "Benchmarks/StoreBenchmarks",
             swiftSettings: [.swiftLanguageMode(.v6)],

@@ -6,7 +6,9 @@
 
 import Benchmark
 import Foundation
+import Trove
 import TroveBench
+import TroveCore
 
 /// The populated engines of this process. ordo-one runs the benchmarks of a process one at a
 /// time, so the engines are never used concurrently.
@@ -34,6 +36,12 @@ final class Shared: @unchecked Sendable {
         fixture?.close()
         if let fixture { try? FileManager.default.removeItem(atPath: fixture.directory) }
     }
+}
+
+/// A benchmark that did not do the work it names fails with this.
+struct WorkNotDone: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
 }
 
 func engine(_ name: String) throws -> any BlobStoring {
@@ -79,9 +87,40 @@ let benchmarks: @Sendable () -> Void = {
                 let data = try store.get(EngineFixture.populationKey(n))
                 benchmark.stopMeasurement()
                 guard data == EngineFixture.populationValue(pool, n) else {
-                    fatalError("\(name) returned wrong bytes for \(EngineFixture.populationKey(n))")
+                    throw WorkNotDone("\(name) returned wrong bytes for \(EngineFixture.populationKey(n))")
                 }
             }
+        }
+    }
+
+    // Compaction: each iteration writes 100 values of 20 KiB into a store with 1 MiB segments,
+    // removes half, and measures one compaction pass (the rewrite of the sparse segments).
+    Benchmark(
+        "compaction pass, 100 × 20 KiB half dead / Trove",
+        configuration: .init(metrics: [.wallClock, .throughput], maxDuration: .seconds(5), maxIterations: 200)
+    ) { benchmark in
+        let directory = FileManager.default.temporaryDirectory.path + "/trove-ordo-compaction-\(getpid())"
+        var configuration = Store.Configuration()
+        configuration.segmentSize = 1 << 20
+        configuration.compactionInterval = nil
+        let store = try Store(directory: directory, configuration: configuration)
+        defer {
+            try? store.close()
+            try? FileManager.default.removeItem(atPath: directory)
+        }
+        let pool = ContentPool()
+        var round = 0
+        for _ in benchmark.scaledIterations {
+            round += 1
+            for i in 0..<100 {
+                try store.put(pool.value(id: UInt64(round * 1000 + i), size: 20 << 10), for: CacheKey(url: "c-\(round)-\(i)"))
+            }
+            for i in stride(from: 0, to: 100, by: 2) { try store.remove(CacheKey(url: "c-\(round)-\(i)")) }
+            try store.flush()
+            benchmark.startMeasurement()
+            let report = try store.compact()
+            benchmark.stopMeasurement()
+            guard report.segmentsDeleted > 0 || round == 1 else { throw WorkNotDone("the compaction pass reclaimed nothing") }
         }
     }
 }
