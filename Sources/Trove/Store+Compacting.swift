@@ -200,20 +200,7 @@ extension Store {
                     }
                 }
                 guard !queued else { continue }
-                let tombstone = TombstoneRecord(
-                    url: key.url, variant: key.variant, sequence: state.nextSequence, removedAt: configuration.clock())
-                let length = UInt64(PackFormat.recordHeaderSize + RecordEncoder.body(of: tombstone).count)
-                if state.pack.needsRotation(forAppending: length) {
-                    try state.rotate(packs: packsDirectory, createdAt: tombstone.removedAt)
-                }
-                let offset = try packCall { try state.pack.appendTombstone(tombstone) }
-                state.enqueue(offset: offset, length: length, .tombstone(tombstone))
-                state.nextSequence += 1
-                shared.withLock { shared in
-                    shared.slots[key] = .removed
-                    shared.readTimes[key] = nil
-                    shared.generation &+= 1
-                }
+                _ = try appendTombstone(for: key, to: state)
                 removed.append(victim)
             }
             return removed

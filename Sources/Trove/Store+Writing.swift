@@ -134,27 +134,32 @@ extension Store {
         for key in keys {
             guard try locate(key, noteRead: false) != nil else { continue }
             last = try withAppender { (state) throws(StoreError) -> (UInt64, Int) in
-                let tombstone = TombstoneRecord(
-                    url: key.url, variant: key.variant, sequence: state.nextSequence, removedAt: configuration.clock())
-                let body = RecordEncoder.body(of: tombstone)
-                let length = UInt64(PackFormat.recordHeaderSize + body.count)
-                if state.pack.needsRotation(forAppending: length) {
-                    try state.rotate(packs: packsDirectory, createdAt: tombstone.removedAt)
-                }
-                let offset = try packCall { try state.pack.appendTombstone(tombstone) }
-                state.enqueue(offset: offset, length: length, .tombstone(tombstone))
-                state.nextSequence += 1
-                shared.withLock { shared in
-                    shared.slots[key] = .removed
-                    shared.readTimes[key] = nil
-                    shared.generation &+= 1
-                }
-                return (tombstone.sequence, state.queue.count)
+                (try appendTombstone(for: key, to: state), state.queue.count)
             }
             removed += 1
         }
         if let last { try afterWrite(sequence: last.sequence, queued: last.queued) }
         return removed
+    }
+
+    /// Appends and queues a tombstone for `key` and marks it removed in the location map.
+    /// Held: the appender lock (`state`). Returns the tombstone's sequence number.
+    func appendTombstone(for key: CacheKey, to state: AppendState) throws(StoreError) -> UInt64 {
+        let tombstone = TombstoneRecord(
+            url: key.url, variant: key.variant, sequence: state.nextSequence, removedAt: configuration.clock())
+        let length = UInt64(PackFormat.recordHeaderSize + RecordEncoder.body(of: tombstone).count)
+        if state.pack.needsRotation(forAppending: length) {
+            try state.rotate(packs: packsDirectory, createdAt: tombstone.removedAt)
+        }
+        let offset = try packCall { try state.pack.appendTombstone(tombstone) }
+        state.enqueue(offset: offset, length: length, .tombstone(tombstone))
+        state.nextSequence += 1
+        shared.withLock { shared in
+            shared.slots[key] = .removed
+            shared.readTimes[key] = nil
+            shared.generation &+= 1
+        }
+        return tombstone.sequence
     }
 
     /// After a write is queued: `full` commits it before returning (sharing one fdatasync with
