@@ -26,7 +26,12 @@ public enum XXH3 {
         if parts.count == 1 { return hash64(parts[0], seed: seed) }
         // The streaming state is 576 bytes with 64-byte alignment, which only XXH3_createState
         // guarantees; one allocation per call is negligible next to hashing a payload.
-        guard let state = XXH3_createState() else { fatalError("XXH3_createState: out of memory") }
+        guard let state = XXH3_createState() else {
+            // No memory for the state: hash a joined copy instead (same result, one copy).
+            var joined = [UInt8]()
+            for part in parts { joined.append(contentsOf: part) }
+            return joined.withUnsafeBytes { hash64($0, seed: seed) }
+        }
         defer { XXH3_freeState(state) }
         XXH3_64bits_reset_withSeed(state, seed)
         for part in parts where part.count > 0 {

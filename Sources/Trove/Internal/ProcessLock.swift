@@ -11,7 +11,7 @@ final class ProcessLock: Sendable {
     /// Takes the lock or throws ``StoreError/Code/locked`` naming the owner's pid.
     init(path: String) throws(StoreError) {
         let fd = try SystemCall.openLockFile(path)
-        do {
+        do throws(StoreError) {
             guard try SystemCall.tryLock(fd, path: path) else {
                 let owner = String(decoding: SystemCall.readAll(fd, limit: 32), as: UTF8.self).filter(\.isNumber)
                 throw StoreError(
@@ -19,11 +19,9 @@ final class ProcessLock: Sendable {
                     message: "the store is in use by process \(owner.isEmpty ? "(unknown pid)" : owner) "
                         + "(lock file \(path)); close it there or use another --store")
             }
-        } catch let error as StoreError {
+        } catch {
             SystemCall.close(fd)
             throw error
-        } catch {
-            fatalError("unreachable: tryLock throws StoreError only")
         }
         SystemCall.replaceContents(fd, with: Array("\(SystemCall.processID)\n".utf8))
         self.path = path
