@@ -48,9 +48,7 @@ extension TroveCommand {
                 fail("benchmark failed: \(error)")
             }
             if json {
-                let encoder = JSONEncoder()
-                encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-                printOut(String(decoding: try encoder.encode(report), as: UTF8.self))
+                try printJSON(report)
             } else {
                 printOut(report.table())
             }

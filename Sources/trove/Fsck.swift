@@ -43,9 +43,7 @@ extension TroveCommand {
             }
             line.finish()
             if json {
-                let encoder = JSONEncoder()
-                encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-                printOut(String(decoding: try encoder.encode(report), as: UTF8.self))
+                try printJSON(report)
             } else {
                 if let rebuilt {
                     printOut(

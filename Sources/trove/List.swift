@@ -39,9 +39,7 @@ extension TroveCommand {
                 }
             }
             if json {
-                let encoder = JSONEncoder()
-                encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-                printOut(String(decoding: try encoder.encode(rows), as: UTF8.self))
+                try printJSON(rows)
                 return
             }
             for row in rows {

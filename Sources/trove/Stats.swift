@@ -20,9 +20,7 @@ extension TroveCommand {
                 FileHandle.standardError.write(Data("trove: background error: \(backgroundError.message)\n".utf8))
             }
             if json {
-                let encoder = JSONEncoder()
-                encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-                printOut(String(decoding: try encoder.encode(stats), as: UTF8.self))
+                try printJSON(stats)
                 return
             }
             func bytes(_ v: Int64) -> String { "\(ByteCount(v)) (\(v) B)" }

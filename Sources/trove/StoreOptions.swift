@@ -78,6 +78,13 @@ func printOut(_ text: String) {
     FileHandle.standardOutput.write(Data((text + "\n").utf8))
 }
 
+/// Writes `value` to stdout as pretty-printed JSON with sorted keys (stable for scripts).
+func printJSON(_ value: some Encodable) throws {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+    printOut(String(decoding: try encoder.encode(value), as: UTF8.self))
+}
+
 /// Milliseconds-free ISO 8601 text of `date`, in UTC.
 func iso8601(_ date: Date) -> String {
     date.formatted(.iso8601)
