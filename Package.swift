@@ -22,11 +22,18 @@ let package = Package(
             name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(
             name: "CXXHash", pkgConfig: "libxxhash", providers: [.apt(["libxxhash-dev"])]),
+        .systemLibrary(
+            name: "CTurboJPEG", pkgConfig: "libturbojpeg", providers: [.apt(["libturbojpeg0-dev"])]),
+        .systemLibrary(name: "CSPNG", pkgConfig: "spng", providers: [.apt(["libspng-dev"])]),
+        .systemLibrary(name: "CWebP", pkgConfig: "libwebp", providers: [.apt(["libwebp-dev"])]),
 
         // Shared value types: ContentHash (XXH3-128), checksums, CacheKey, ByteCount.
         .target(name: "TroveCore", dependencies: ["CXXHash"]),
         // Pack segments: record encoding, append, positional reads, verification, scanning.
         .target(name: "TrovePack", dependencies: ["TroveCore"]),
+        // Image codecs: decode with shrink-on-load, EXIF orientation, resample, encode WebP.
+        // Knows nothing of the store.
+        .target(name: "TroveCodec", dependencies: ["TroveCore", "CTurboJPEG", "CSPNG", "CWebP"]),
         // SQLite C-API wrapper and Trove's versioned index schema.
         .target(name: "TroveIndex", dependencies: ["TroveCore", "CSQLite"]),
         // The facade: Store composes the pack layer and the index.
@@ -49,6 +56,7 @@ let package = Package(
         .testTarget(name: "TroveCoreTests", dependencies: ["TroveCore", "TroveTestSupport"]),
         .testTarget(name: "TrovePackTests", dependencies: ["TrovePack", "TroveTestSupport"]),
         .testTarget(name: "TroveIndexTests", dependencies: ["TroveIndex", "TroveTestSupport"]),
+        .testTarget(name: "TroveCodecTests", dependencies: ["TroveCodec", "TroveTestSupport"]),
         .testTarget(
             name: "TroveTests",
             dependencies: ["Trove", "TrovePack", "TroveIndex", "TroveTestSupport", "CrashWriter"]),

@@ -1,0 +1,4 @@
+#ifndef TROVE_CSPNG_SHIM_H
+#define TROVE_CSPNG_SHIM_H
+#include <spng.h>
+#endif
