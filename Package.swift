@@ -10,6 +10,7 @@ let package = Package(
     products: [
         .library(name: "Trove", targets: ["Trove"]),
         .library(name: "TroveBench", targets: ["TroveBench"]),
+        .library(name: "TroveCodec", targets: ["TroveCodec"]),
         .executable(name: "trove", targets: ["trove"]),
     ],
     dependencies: [
@@ -37,7 +38,7 @@ let package = Package(
         // SQLite C-API wrapper and Trove's versioned index schema.
         .target(name: "TroveIndex", dependencies: ["TroveCore", "CSQLite"]),
         // The facade: Store composes the pack layer and the index.
-        .target(name: "Trove", dependencies: ["TroveCore", "TrovePack", "TroveIndex"]),
+        .target(name: "Trove", dependencies: ["TroveCore", "TrovePack", "TroveIndex", "TroveCodec"]),
         // Benchmark engines (Trove, one file per entry, SQLite as a blob store) and workloads,
         // shared by `trove bench` and the Benchmarks/ package. It talks to SQLite directly, not
         // through TroveIndex: the baseline is what a user would write.
@@ -46,7 +47,7 @@ let package = Package(
         .executableTarget(
             name: "trove",
             dependencies: [
-                "Trove", "TroveBench", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "Trove", "TroveBench", "TroveCodec", .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
 
         // Tests.
@@ -59,9 +60,9 @@ let package = Package(
         .testTarget(name: "TroveCodecTests", dependencies: ["TroveCodec", "TroveTestSupport"]),
         .testTarget(
             name: "TroveTests",
-            dependencies: ["Trove", "TrovePack", "TroveIndex", "TroveTestSupport", "CrashWriter"]),
+            dependencies: ["Trove", "TrovePack", "TroveIndex", "TroveCodec", "TroveTestSupport", "CrashWriter"]),
         .testTarget(name: "TroveBenchTests", dependencies: ["TroveBench", "TroveTestSupport"]),
-        .testTarget(name: "TroveCLITests", dependencies: ["Trove", "TroveTestSupport", "trove"]),
+        .testTarget(name: "TroveCLITests", dependencies: ["Trove", "TroveCodec", "TroveTestSupport", "trove"]),
     ]
 )
 

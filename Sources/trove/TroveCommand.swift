@@ -11,5 +11,5 @@ struct TroveCommand: AsyncParsableCommand {
             failed (locked, damaged, I/O); 3 fsck found damage it did not repair; 64 bad arguments.
             """,
         version: "0.1.0",
-        subcommands: [Put.self, Get.self, Remove.self, List.self, Stats.self, Compact.self, Fsck.self, Bench.self])
+        subcommands: [Put.self, Get.self, Remove.self, List.self, Stats.self, Compact.self, Fsck.self, Thumb.self, Bench.self])
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import Trove
+import TroveCodec
 import TroveCore
 import TroveTestSupport
 
@@ -202,6 +203,43 @@ import TroveTestSupport
             let rebuilt = try trove(["fsck", "--store", store, "--rebuild-index"])
             #expect(rebuilt.status == 0, "\(rebuilt.stdoutText)\(rebuilt.stderrText)")
             #expect(try trove(["ls", "--store", store]).stdoutText.split(separator: "\n").count == 9)
+        }
+    }
+}
+
+@Suite struct ThumbCommandTests {
+    func trove(_ arguments: [String]) throws -> ProcessOutput {
+        try runProcess(productsDirectory + "/trove", arguments)
+    }
+
+    @Test func thumbnailsFromAFileAndFromAStoredKey() async throws {
+        try await withTemporaryDirectory { dir in
+            var image = RGBAImage(width: 640, height: 480, filledWith: (200, 100, 50, 255))
+            for i in stride(from: 0, to: image.pixels.count, by: 4) { image.pixels[i + 2] = UInt8((i / 4) % 251) }
+            let file = dir + "/photo.jpg"
+            try Data(try ImageEncoder.jpeg(image)).write(to: URL(fileURLWithPath: file))
+            let out = dir + "/thumb.webp"
+            let fromFile = try trove(["thumb", file, "--size", "160x160", "-o", out])
+            #expect(fromFile.status == 0, "\(fromFile.stderrText)")
+            #expect(fromFile.stdoutText.hasPrefix("160×120 WebP"))
+            #expect(fromFile.stdoutText.contains("decoded at 160×120 from a 640×480 JPEG"))
+            let written = try ImageDecoder.decode([UInt8](try Data(contentsOf: URL(fileURLWithPath: out))))
+            #expect(written.format == .webp && written.image.width == 160)
+
+            let store = dir + "/store"
+            #expect(try trove(["put", "--store", store, "https://x/p.jpg", file]).status == 0)
+            let fromKey = try trove(["thumb", "--store", store, "https://x/p.jpg", "--size", "64x64", "--fill", "--lossless"])
+            #expect(fromKey.status == 0, "\(fromKey.stderrText)")
+            #expect(fromKey.stdoutText.hasPrefix("64×64 WebP"))
+            #expect(try trove(["ls", "--store", store]).stdoutText.contains("https://x/p.jpg [w64-h64-fill-lossless]"))
+
+            #expect(try trove(["thumb", "--store", store, "https://x/none.jpg", "--size", "64x64"]).status == 1)
+            #expect(try trove(["thumb", file, "--size", "64"]).status == 64)
+            #expect(try trove(["thumb", file, "--size", "64x64", "--quality", "0"]).status == 64)
+            try Data("not an image".utf8).write(to: URL(fileURLWithPath: dir + "/bad.jpg"))
+            let bad = try trove(["thumb", dir + "/bad.jpg", "--size", "64x64"])
+            #expect(bad.status == 2)
+            #expect(bad.stderrText.contains("not JPEG, PNG or WebP"))
         }
     }
 }
