@@ -42,7 +42,7 @@ let package = Package(
         // Benchmark engines (Trove, one file per entry, SQLite as a blob store) and workloads,
         // shared by `trove bench` and the Benchmarks/ package. It talks to SQLite directly, not
         // through TroveIndex: the baseline is what a user would write.
-        .target(name: "TroveBench", dependencies: ["Trove", "TroveCore", "CSQLite"]),
+        .target(name: "TroveBench", dependencies: ["Trove", "TroveCore", "TroveCodec", "CSQLite"]),
         // The command-line tool.
         .executableTarget(
             name: "trove",

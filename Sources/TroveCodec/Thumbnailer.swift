@@ -131,7 +131,7 @@ public enum ImageDecoder {
         let needed = orientation.swapsDimensions ? (sizes.resampled.1, sizes.resampled.0) : sizes.resampled
         let decoded = try decode(data, minimum: shrinkOnLoad ? needed : nil, limits: limits)
         let upright = decoded.orientation.apply(to: decoded.image)
-        var image = Resampler.resize(upright, width: sizes.resampled.0, height: sizes.resampled.1)
+        var image = Resampler.thumbnail(upright, width: sizes.resampled.0, height: sizes.resampled.1)
         if sizes.final != sizes.resampled {
             image = crop(image, width: sizes.final.0, height: sizes.final.1)
         }

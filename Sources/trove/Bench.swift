@@ -28,12 +28,28 @@ extension TroveCommand {
         @Option(help: "Directory for the engines' files (default: a new temporary directory, removed afterwards).")
         var directory: String?
 
+        @Flag(help: "Instead: 256 px WebP thumbnails of large JPEGs and PNGs against vipsthumbnail and Pillow.")
+        var thumbnails = false
+
         func validate() throws {
             if let population, population < 100 { throw ValidationError("--population must be at least 100") }
             if let scaleEntries, scaleEntries < 10_000 { throw ValidationError("--scale-entries must be at least 10000") }
         }
 
         func run() throws {
+            if thumbnails {
+                let dir = directory ?? FileManager.default.temporaryDirectory.path + "/trove-thumbnails-\(getpid())"
+                defer { if directory == nil { try? FileManager.default.removeItem(atPath: dir) } }
+                do {
+                    let rows = try ThumbnailBenchmark.run(directory: dir) { line in
+                        FileHandle.standardError.write(Data("bench: \(line)\n".utf8))
+                    }
+                    if json { try printJSON(rows) } else { printOut(ThumbnailBenchmark.table(rows)) }
+                } catch {
+                    fail("thumbnail benchmark failed: \(error)")
+                }
+                return
+            }
             var plan = quick ? BenchmarkPlan.quick : BenchmarkPlan.standard
             if let population { plan.population = population }
             if let scaleEntries { plan.scaleEntries = scaleEntries }

@@ -56,6 +56,21 @@ import TroveTestSupport
         #expect(big.pixels == RGBAImage(width: 37, height: 23, filledWith: (90, 160, 30, 255)).pixels)
     }
 
+    @Test func boxReductionKeepsFlatAreasAndAlphaEdgesClean() {
+        let flat = RGBAImage(width: 101, height: 67, filledWith: (90, 160, 30, 200))
+        let reduced = Resampler.reduce(flat, by: 4)
+        #expect(reduced.width == 26 && reduced.height == 17)
+        #expect(reduced.pixels == RGBAImage(width: 26, height: 17, filledWith: (90, 160, 30, 200)).pixels)
+        // Half opaque red, half fully transparent black: the mixed blocks stay pure red.
+        var image = RGBAImage(width: 8, height: 8, filledWith: (0, 0, 0, 0))
+        for y in 0..<8 { for x in 0..<3 { let i = (y * 8 + x) * 4; (image.pixels[i], image.pixels[i + 3]) = (255, 255) } }
+        let half = Resampler.reduce(image, by: 2)
+        #expect(half[1, 0] == (255, 0, 0, 128))
+        // The thumbnail path (reduce, then Lanczos) is as close to the sampled picture as Lanczos alone.
+        let big = smooth(2000, 1500)
+        #expect(psnr(Resampler.thumbnail(big, width: 200, height: 150), smooth(200, 150)) > 38)
+    }
+
     @Test func transparentSurroundingsDoNotDarkenEdges() {
         // An opaque red disc on fully transparent black.
         var image = RGBAImage(width: 200, height: 200, filledWith: (0, 0, 0, 0))
