@@ -20,6 +20,7 @@ let package = Package(
                 .product(name: "Benchmark", package: "benchmark"),
                 .product(name: "TroveBench", package: "Trove"),
                 .product(name: "Trove", package: "Trove"),
+                .product(name: "TroveCodec", package: "Trove"),
             ],
             path: "Benchmarks/StoreBenchmarks",
             swiftSettings: [.swiftLanguageMode(.v6)],

@@ -1,5 +1,5 @@
 public import Foundation
-import TroveCodec
+public import TroveCodec
 import TroveCore
 
 /// 256 px WebP thumbnails of large JPEGs and PNGs, made by Trove (with and without
@@ -143,7 +143,7 @@ public enum ThumbnailBenchmark {
     }
 
     /// Smooth gradients with fine noise: compresses and resamples like a photograph.
-    static func photoLike(_ width: Int, _ height: Int, seed: UInt32) -> RGBAImage {
+    public static func photoLike(_ width: Int, _ height: Int, seed: UInt32) -> RGBAImage {
         var pixels = [UInt8](repeating: 255, count: width * height * 4)
         var state = seed
         for y in 0..<height {

@@ -8,6 +8,7 @@ import Benchmark
 import Foundation
 import Trove
 import TroveBench
+import TroveCodec
 import TroveCore
 
 /// The populated engines of this process. ordo-one runs the benchmarks of a process one at a
@@ -122,5 +123,21 @@ let benchmarks: @Sendable () -> Void = {
             benchmark.stopMeasurement()
             guard report.segmentsDeleted > 0 || round == 1 else { throw WorkNotDone("the compaction pass reclaimed nothing") }
         }
+    }
+
+    // A 12 MP JPEG to a 256 px WebP variant (shrink-on-load, orientation, Lanczos-3, encode).
+    // The side-by-side comparison with vipsthumbnail and Pillow is `trove bench --thumbnails`.
+    Benchmark(
+        "thumbnail, 12 MP JPEG to 256 px WebP / Trove",
+        configuration: .init(metrics: [.wallClock, .throughput], maxDuration: .seconds(5), maxIterations: 100)
+    ) { benchmark in
+        let jpeg = try ImageEncoder.jpeg(ThumbnailBenchmark.photoLike(4000, 3000, seed: 1), quality: 90)
+        let variant = Variant(width: 256, height: 256)
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations {
+            let thumbnail = try ImageDecoder.thumbnail(jpeg, variant: variant)
+            guard thumbnail.width == 256 && thumbnail.height == 192 else { throw WorkNotDone("wrong thumbnail size") }
+        }
+        benchmark.stopMeasurement()
     }
 }
