@@ -122,20 +122,7 @@ public enum ThumbnailBenchmark {
         let reference = Resampler.resize(upright, width: decoded.width, height: decoded.height)
         return Row(
             tool: tool, file: URL(fileURLWithPath: file.path).lastPathComponent, sourcePixels: file.pixels,
-            milliseconds: milliseconds, outputBytes: output.count, psnr: psnr(decoded, reference))
-    }
-
-    private static func psnr(_ a: RGBAImage, _ b: RGBAImage) -> Double {
-        var sum = 0.0
-        var n = 0
-        for i in stride(from: 0, to: a.pixels.count, by: 4) {
-            for c in 0..<3 {
-                let d = Double(a.pixels[i + c]) - Double(b.pixels[i + c])
-                sum += d * d
-                n += 1
-            }
-        }
-        return sum == 0 ? 99 : 10 * log10(255 * 255 / (sum / Double(n)))
+            milliseconds: milliseconds, outputBytes: output.count, psnr: decoded.psnr(against: reference))
     }
 
     private static func milliseconds(_ d: Duration) -> Double {

@@ -42,20 +42,7 @@ func quadrants(_ width: Int, _ height: Int) -> RGBAImage {
 }
 
 /// Peak signal-to-noise ratio of the colour channels, in dB.
-func psnr(_ a: RGBAImage, _ b: RGBAImage) -> Double {
-    precondition(a.width == b.width && a.height == b.height)
-    var sum = 0.0
-    var n = 0
-    for i in stride(from: 0, to: a.pixels.count, by: 4) {
-        for c in 0..<3 {
-            let d = Double(a.pixels[i + c]) - Double(b.pixels[i + c])
-            sum += d * d
-            n += 1
-        }
-    }
-    let mse = sum / Double(n)
-    return mse == 0 ? 99 : 10 * log10(255 * 255 / mse)
-}
+func psnr(_ a: RGBAImage, _ b: RGBAImage) -> Double { a.psnr(against: b) }
 
 /// A JPEG with an EXIF APP1 segment giving `orientation`, spliced in after SOI.
 func withExifOrientation(_ jpeg: [UInt8], _ orientation: Int, bigEndian: Bool = false) -> [UInt8] {
