@@ -68,15 +68,18 @@ extension Store {
 
     /// Finds `key`'s entry: the location map first, the index on a miss.
     func locate(_ key: CacheKey, noteRead: Bool) throws(StoreError) -> IndexedEntry? {
+        // The returned entry's accessedAt is the last read *before* this one: a read time not
+        // yet flushed is taken from memory, in the same lock hold that notes this read.
         let now = configuration.clock()
-        let (slot, generation, closed) = shared.withLock { state in
+        let (slot, previousRead, generation, closed) = shared.withLock { state in
             let slot = state.slots[key]
+            let previous = state.readTimes[key]
             if noteRead, case .present = slot { state.readTimes[key] = now }
-            return (slot, state.generation, state.isClosed)
+            return (slot, previous, state.generation, state.isClosed)
         }
         if closed { throw Self.closedError(directory) }
         switch slot {
-        case .present(let found): return found
+        case .present(let found): return found.readBefore(previousRead)
         case .removed: return nil
         case nil: break
         }
@@ -89,7 +92,7 @@ extension Store {
             }
             if noteRead { state.readTimes[key] = now }
         }
-        return found
+        return found.readBefore(previousRead)
     }
 
     /// Reads and verifies `found`'s blob; drops the entry (and its blob's other keys) when
@@ -158,20 +161,31 @@ extension Store {
             key: key, underlying: underlying)
     }
 
+    /// The public view of an index row. Read times not yet flushed are not looked up here:
+    /// ``locate(_:noteRead:)`` overlays them, and enumerations flush them first.
     func info(_ indexed: IndexedEntry) -> EntryInfo {
         let row = indexed.entry
-        let pendingRead = shared.withLock { $0.readTimes[row.key] }
         return EntryInfo(
             key: row.key,
             metadata: EntryMetadata(
                 etag: row.etag, lastModified: row.lastModified, expiresAt: row.expiresAt.map { date(milliseconds: $0) }),
             createdAt: date(milliseconds: row.createdAt),
-            accessedAt: date(milliseconds: max(row.accessedAt, pendingRead ?? row.accessedAt)),
+            accessedAt: date(milliseconds: row.accessedAt),
             cost: Int(row.cost), contentHash: indexed.blob.hash)
     }
 
     /// Runs `body` on a reader connection.
     func readIndex<T>(_ body: (IndexDatabase) throws -> T) throws(StoreError) -> T {
         do { return try readers.withReader(body) } catch { throw StoreError(index: error) }
+    }
+}
+
+extension IndexedEntry {
+    /// This entry with `accessedAt` raised to `read`, a read time not yet flushed, if later.
+    func readBefore(_ read: Int64?) -> IndexedEntry {
+        guard let read, read > entry.accessedAt else { return self }
+        var copy = self
+        copy.entry.accessedAt = read
+        return copy
     }
 }

@@ -288,6 +288,23 @@ func key(_ i: Int, variant: String = "") -> CacheKey {
         }
     }
 
+    @Test func anEntryReportsTheReadBeforeThisOne() async throws {
+        try await withTemporaryDirectory { dir in
+            let clock = TestClock(start: 1_000_000)
+            let store = try openStore(dir) { $0.clock = clock.now }
+            try store.put(Data([1]), for: key(1))
+            clock.advance(by: 1_000)
+            #expect(try store.entry(for: key(1))?.accessedAt == Date(timeIntervalSince1970: 1_000))  // never read: creation
+            clock.advance(by: 1_000)
+            #expect(try store.entry(for: key(1))?.accessedAt == Date(timeIntervalSince1970: 1_001))  // the read at 1 001
+            // The same from the index side, once the map no longer has the key.
+            try store.flush()
+            store.shared.withLock { $0.slots.removeAll() }
+            clock.advance(by: 1_000)
+            #expect(try store.entry(for: key(1))?.accessedAt == Date(timeIntervalSince1970: 1_002))
+        }
+    }
+
     @Test func locationCacheLimitIsHonoured() async throws {
         try await withTemporaryDirectory { dir in
             let store = try openStore(dir) { $0.locationCacheLimit = 10 }
