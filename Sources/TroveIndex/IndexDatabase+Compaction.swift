@@ -70,10 +70,4 @@ extension IndexDatabase {
         try connection.statement("DELETE FROM blobs WHERE segment = ? AND refs <= 0").run([.integer(Int64(segment))])
         return connection.changes
     }
-
-    /// Sets the live bytes of `segment` (after a rewrite left nothing live in it).
-    public func resetLiveBytes(segment id: UInt32) throws(IndexError) {
-        liveByteDeltas[id] = nil
-        try connection.statement("UPDATE segments SET live_bytes = 0 WHERE id = ?").run([.integer(Int64(id))])
-    }
 }

@@ -160,6 +160,18 @@ public final class SegmentFile: Sendable {
     ///
     /// - Parameter limit: the end of the valid region (normally the file size).
     public func readRecord(at offset: UInt64, limit: UInt64) throws -> (RecordDecoder.Header, [UInt8]) {
+        let (header, _, body) = try readVerifiedRecord(at: offset, limit: limit)
+        return (header, body)
+    }
+
+    /// Reads the whole record at `offset`, verified, as its on-disk bytes (header and body),
+    /// for copying it unchanged into another segment.
+    public func readRawRecord(at offset: UInt64, limit: UInt64) throws -> [UInt8] {
+        let (_, rawHeader, body) = try readVerifiedRecord(at: offset, limit: limit)
+        return rawHeader + body
+    }
+
+    private func readVerifiedRecord(at offset: UInt64, limit: UInt64) throws -> (RecordDecoder.Header, [UInt8], [UInt8]) {
         let headerSize = UInt64(PackFormat.recordHeaderSize)
         guard offset + headerSize <= limit else {
             throw PackError(
@@ -192,16 +204,7 @@ public final class SegmentFile: Sendable {
         }
         let valid = rawHeader.withUnsafeBytes { h in body.withUnsafeBytes { RecordDecoder.verify(rawHeader: h, body: $0) } }
         guard valid else { throw corrupt(at: offset, RecordDecoder.Defect.checksumMismatch.rawValue) }
-        return (header, body)
-    }
-
-    /// Reads the whole record at `offset`, verified, as its on-disk bytes (header and body),
-    /// for copying it unchanged into another segment.
-    public func readRawRecord(at offset: UInt64, limit: UInt64) throws -> [UInt8] {
-        let (_, body) = try readRecord(at: offset, limit: limit)
-        var bytes = [UInt8](repeating: 0, count: PackFormat.recordHeaderSize)
-        _ = try bytes.withUnsafeMutableBytes { try SystemCall.pread(descriptor, into: $0, at: offset, path: path) }
-        return bytes + body
+        return (header, rawHeader, body)
     }
 
     private func corrupt(at offset: UInt64, _ reason: String) -> PackError {
