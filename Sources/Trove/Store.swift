@@ -1,5 +1,5 @@
 import Foundation
-public import TroveCore
+import TroveCore
 import TroveIndex
 import TrovePack
 

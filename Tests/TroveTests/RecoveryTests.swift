@@ -188,7 +188,7 @@ func populate(_ dir: String, count: Int, segmentSize: Int64 = 64 << 20) throws {
                 try store.close()
             }
             // A crash between creating the next segment and writing its header.
-            FileManager.default.createFile(atPath: files.segment(2), contents: Data([0x54, 0x52]))
+            #expect(FileManager.default.createFile(atPath: files.segment(2), contents: Data([0x54, 0x52])))
             let store = try openStore(dir)
             #expect(try store.data(for: key(1)) == value(1))
             try store.put(value(2), for: key(2))
