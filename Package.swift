@@ -18,11 +18,12 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2")
     ],
     targets: [
-        // C system libraries, each imported by exactly one Swift module.
+        // C libraries, each imported by exactly one Swift module.
         .systemLibrary(
             name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
-        .systemLibrary(
-            name: "CXXHash", pkgConfig: "libxxhash", providers: [.apt(["libxxhash-dev"])]),
+        // XXH3 compiled from libxxhash-dev's header: a baseline and an AVX2 build, picked at run
+        // time (Debian's libxxhash.so is SSE2 only, and SwiftPM has no per-file -mavx2).
+        .target(name: "CXXHash"),
         .systemLibrary(
             name: "CTurboJPEG", pkgConfig: "libturbojpeg", providers: [.apt(["libturbojpeg0-dev"])]),
         .systemLibrary(name: "CSPNG", pkgConfig: "spng", providers: [.apt(["libspng-dev"])]),
@@ -66,8 +67,9 @@ let package = Package(
     ]
 )
 
-// Strict Swift 6 for every target, set once.
-for target in package.targets where target.type != .system {
+// Strict Swift 6 for every Swift target, set once.
+let cTargets: Set = ["CXXHash"]
+for target in package.targets where target.type != .system && !cTargets.contains(target.name) {
     var settings = target.swiftSettings ?? []
     settings.append(.swiftLanguageMode(.v6))
     settings.append(.enableUpcomingFeature("ExistentialAny"))

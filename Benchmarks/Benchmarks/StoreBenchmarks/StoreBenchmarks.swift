@@ -125,6 +125,25 @@ let benchmarks: @Sendable () -> Void = {
         }
     }
 
+    // XXH3-128 of 64 KiB (a put's content hash; a get's checksum is XXH3-64 over the same
+    // bytes) by each build CXXHash carries: the baseline (SSE2) and, where the CPU has it, AVX2.
+    for build in XXH3.supportedBuilds {
+        Benchmark(
+            "XXH3-128 64KiB / \(build.rawValue)",
+            configuration: .init(metrics: [.wallClock, .throughput], scalingFactor: .kilo, maxDuration: .seconds(2), maxIterations: 1_000)
+        ) { benchmark in
+            let bytes = ContentPool().value(id: 64, size: 64 << 10)
+            let expected = bytes.withUnsafeBytes { XXH3.hash128($0) }
+            var last = ContentHash(high: 0, low: 0)
+            benchmark.startMeasurement()
+            bytes.withUnsafeBytes { raw in
+                for _ in benchmark.scaledIterations { last = XXH3.hash128(raw, build: build) }
+            }
+            benchmark.stopMeasurement()
+            guard last == expected else { throw WorkNotDone("\(build) gave a different hash") }
+        }
+    }
+
     // A 12 MP JPEG to a 256 px WebP variant (shrink-on-load, orientation, Lanczos-3, encode).
     // The side-by-side comparison with vipsthumbnail and Pillow is `trove bench --thumbnails`.
     Benchmark(

@@ -1,4 +1,0 @@
-#ifndef TROVE_CXXHASH_SHIM_H
-#define TROVE_CXXHASH_SHIM_H
-#include <xxhash.h>
-#endif
