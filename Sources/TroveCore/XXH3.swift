@@ -41,8 +41,9 @@ public enum XXH3 {
     /// The build the hash functions use on this machine.
     public static var build: Build { Build(rawValue: String(cString: trove_xxh3_implementation())) ?? .baseline }
 
-    /// The builds this machine can run.
-    public static var supportedBuilds: [Build] { trove_xxh3_avx2_supported() == 1 ? [.baseline, .avx2] : [.baseline] }
+    /// The builds this machine can run (detected once: the build-specific functions check it on
+    /// every call, inside benchmark loops too).
+    public static let supportedBuilds: [Build] = trove_xxh3_avx2_supported() == 1 ? [.baseline, .avx2] : [.baseline]
 
     @usableFromInline
     static func _hash64(_ base: UnsafeRawPointer?, _ count: Int, _ seed: UInt64) -> UInt64 {
