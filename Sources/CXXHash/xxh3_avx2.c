@@ -41,5 +41,9 @@ trove_xxh3_128_t trove_xxh3_128_avx2(const void *data, size_t length) {
 uint64_t trove_xxh3_64_parts_avx2(const void *const *parts, const size_t *lengths, size_t count, uint64_t seed) {
     return trove_xxh3_64_parts_baseline(parts, lengths, count, seed);
 }
+void trove_xxh3_64_stream_update_avx2(void *state, const void *data, size_t length) {
+    trove_xxh3_64_stream_update_baseline(state, data, length);
+}
+uint64_t trove_xxh3_64_stream_digest_avx2(const void *state) { return trove_xxh3_64_stream_digest_baseline(state); }
 
 #endif

@@ -11,3 +11,11 @@
 
 #define TROVE_XXH3_BUILD baseline
 #include "xxh3_build.h"
+
+// The streaming state's layout and its reset do not depend on the build: one definition here.
+size_t trove_xxh3_state_size(void) { return sizeof(XXH3_state_t); }
+size_t trove_xxh3_state_alignment(void) { return _Alignof(XXH3_state_t); }
+void trove_xxh3_64_stream_reset(void *state, uint64_t seed) {
+    XXH3_INITSTATE((XXH3_state_t *)state);
+    XXH3_64bits_reset_withSeed((XXH3_state_t *)state, seed);
+}

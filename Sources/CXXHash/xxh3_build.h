@@ -28,3 +28,11 @@ uint64_t TROVE_XXH3_FN(trove_xxh3_64_parts_)(const void *const *parts, const siz
     }
     return XXH3_64bits_digest(&state);
 }
+
+void TROVE_XXH3_FN(trove_xxh3_64_stream_update_)(void *state, const void *data, size_t length) {
+    if (length > 0) XXH3_64bits_update((XXH3_state_t *)state, data, length);
+}
+
+uint64_t TROVE_XXH3_FN(trove_xxh3_64_stream_digest_)(const void *state) {
+    return XXH3_64bits_digest((const XXH3_state_t *)state);
+}

@@ -30,4 +30,16 @@ uint64_t trove_xxh3_64_parts(const void *const *parts, const size_t *lengths, si
                       : trove_xxh3_64_parts_baseline(parts, lengths, count, seed);
 }
 
+void trove_xxh3_64_stream_update(void *state, const void *data, size_t length) {
+    if (pickAVX2()) {
+        trove_xxh3_64_stream_update_avx2(state, data, length);
+    } else {
+        trove_xxh3_64_stream_update_baseline(state, data, length);
+    }
+}
+
+uint64_t trove_xxh3_64_stream_digest(const void *state) {
+    return pickAVX2() ? trove_xxh3_64_stream_digest_avx2(state) : trove_xxh3_64_stream_digest_baseline(state);
+}
+
 const char *trove_xxh3_implementation(void) { return pickAVX2() ? "avx2" : "baseline"; }

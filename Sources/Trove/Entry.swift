@@ -66,8 +66,17 @@ public struct Entry: Sendable {
 }
 
 /// Milliseconds since 1970 of `date`, as the index and pack records store times.
-func milliseconds(_ date: Date) -> Int64 {
-    Int64((date.timeIntervalSince1970 * 1000).rounded())
+///
+/// - Throws: ``StoreError/Code/invalidArgument`` for a date a signed 64-bit count of
+///   milliseconds cannot hold (about ±292 million years), or one that is not finite.
+func milliseconds(_ date: Date) throws(StoreError) -> Int64 {
+    guard let value = Int64(exactly: (date.timeIntervalSince1970 * 1000).rounded()) else {
+        throw StoreError(
+            code: .invalidArgument,
+            message: "the date \(date.timeIntervalSince1970) s after 1970 is out of the range a store records "
+                + "(±9.2e15 s); use nil for no expiry")
+    }
+    return value
 }
 
 /// The date of `milliseconds` since 1970.
@@ -75,7 +84,23 @@ func date(milliseconds: Int64) -> Date {
     Date(timeIntervalSince1970: Double(milliseconds) / 1000)
 }
 
-/// Milliseconds in `duration`.
+/// Milliseconds in `duration`, saturating at the limits of Int64 (a duration that long is
+/// "forever" for any store).
 func milliseconds(_ duration: Duration) -> Int64 {
-    duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+    let (seconds, overflow) = duration.components.seconds.multipliedReportingOverflow(by: 1000)
+    if overflow { return duration.components.seconds < 0 ? .min : .max }
+    let (total, overflow2) = seconds.addingReportingOverflow(duration.components.attoseconds / 1_000_000_000_000_000)
+    return overflow2 ? (seconds < 0 ? .min : .max) : total
+}
+
+/// `a + b`, saturating at the limits of Int64.
+func saturatingSum(_ a: Int64, _ b: Int64) -> Int64 {
+    let (sum, overflow) = a.addingReportingOverflow(b)
+    return overflow ? (b < 0 ? .min : .max) : sum
+}
+
+/// `a - b`, saturating at the limits of Int64.
+func saturatingDifference(_ a: Int64, _ b: Int64) -> Int64 {
+    let (difference, overflow) = a.subtractingReportingOverflow(b)
+    return overflow ? (b > 0 ? .min : .max) : difference
 }

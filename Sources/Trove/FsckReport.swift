@@ -15,6 +15,13 @@ public struct FsckReport: Hashable, Sendable, Codable {
             /// An intact record in the packs that the index should reflect but does not (a write
             /// whose index commit was lost).
             case orphanRecord
+            /// An intact link older than what the index has committed, for a key the index has
+            /// no entry for: the key was removed or replaced and that record was lost, or the
+            /// index lost the row. Never restored (it may be a removed or older value).
+            case unreflectedRecord
+            /// A key whose newest write is known (a damaged record, or the index's entry) but
+            /// cannot be read: its entry is dropped, and its older values are never served.
+            case lostWrite
             /// A blob's stored reference count differs from the entries linked to it.
             case wrongReferenceCount
             /// A segment's stored live bytes differ from what its rows add up to.
@@ -25,6 +32,12 @@ public struct FsckReport: Hashable, Sendable, Codable {
             case orphanSegment
             /// A segment file is shorter than the index says.
             case truncatedSegment
+            /// A file moved out of the segment namespace of `packs/`: a copy of a segment that
+            /// another file holds, a segment of another store, or an unreadable file (kept for
+            /// inspection, never deleted).
+            case setAsideFile
+            /// A segment file renamed back to the id its header names.
+            case renamedSegment
         }
 
         /// The kind.

@@ -84,27 +84,41 @@ extension Store {
         }
     }
 
-    /// Drops `blob` and every entry linked to it after its record failed verification, and
-    /// commits at once.
+    /// Drops every entry linked to `blob`, whose record is the one the index names but whose
+    /// payload fails its checksum: a tombstone per key (so that no replay of the packs can
+    /// bring an older value of it back), committed at once; then forgets the blob and records
+    /// the damage for `trove fsck --repair`, which salvages the rest of the segment.
     /// - Returns: the dropped keys.
-    func dropDamagedBlob(_ blob: BlobRow) throws(StoreError) -> [CacheKey] {
-        try committer.withLock { (state) throws(StoreError) -> [CacheKey] in
-            guard let state, !state.isClosed else { throw Self.closedError(directory) }
+    func dropDamagedBlob(_ blob: BlobRow, reason: String) throws(StoreError) -> [CacheKey] {
+        try committer.withLock { (slot) throws(StoreError) -> [CacheKey] in
+            guard let state = slot, !state.isClosed else { throw Self.closedError(directory) }
             let index = state.index
-            let dropped: [CacheKey]
+            // The index must reflect every queued write before the blob's keys are judged.
+            try commitCycle(state, flushReadTimes: false)
+            let linked: [EntryRow]
+            do { linked = try index.entries(blobID: blob.id) } catch { throw StoreError(index: error) }
+            // A key written again meanwhile keeps its new value: the tombstones are guarded.
+            let dropped = try appendGuardedTombstones(for: linked, index: index)
+            try commitCycle(state, flushReadTimes: false)
             do {
-                try index.begin()
-                dropped = try index.dropBlob(blob.id).map(\.key)
-                try index.commit()
+                try index.writing {
+                    if let row = try index.blob(id: blob.id), row.references == 0, row.segment == blob.segment,
+                        row.offset == blob.offset
+                    {
+                        try index.deleteBlob(blob.id)
+                    }
+                    try index.recordDamage(
+                        DamageRow(
+                            segment: blob.segment, start: blob.offset, end: blob.offset + blob.recordBytes,
+                            kind: FsckReport.Finding.Kind.corruptRecord.rawValue,
+                            message: "blob \(blob.id) at segment \(blob.segment) offset \(blob.offset): \(reason); "
+                                + "\(dropped.count) entries dropped — `trove fsck --repair` salvages the rest of the segment",
+                            foundAt: configuration.clock()))
+                }
             } catch {
-                try? index.rollback()
                 throw StoreError(index: error)
             }
-            shared.withLock { shared in
-                for key in dropped { shared.slots[key] = .removed }
-                shared.generation &+= 1
-            }
-            return dropped
+            return dropped.map(\.key)
         }
     }
 }

@@ -60,7 +60,7 @@ extension Store {
             try index.expiredEntries(now: now, limit: Self.compactionBatch)
         }
         if let timeToLive {
-            let cutoff = now - milliseconds(timeToLive)
+            let cutoff = saturatingDifference(now, milliseconds(timeToLive))
             try removeInBatches(into: &report.expiredEntries, bytes: &report.expiredBytes) { index in
                 try index.entriesCreated(before: cutoff, limit: Self.compactionBatch)
             }
@@ -77,7 +77,7 @@ extension Store {
                 var excess = self.projectedUsage(index: index) - low
                 return try index.leastRecentlyUsed(limit: Self.compactionBatch).prefix { row in
                     guard excess > 0 else { return false }
-                    excess -= row.cost + Int64(row.linkLength) + Int64(PackFormat.recordHeaderSize + PackFormat.blobPrefixSize)
+                    excess -= row.cost + Int64(row.linkLength) + Int64(PackWriter.blobRecordLength(payloadLength: 0))
                     return true
                 }
             }
@@ -102,10 +102,13 @@ extension Store {
             let body = max(1, size - Int64(PackFormat.segmentHeaderSize))
             let overCapacity = configuration.capacity.map { diskUsage() > $0 } ?? false
             let sparse = Double(row.liveBytes) < configuration.rewriteLiveRatio * Double(body)
-            guard row.liveBytes <= 0 || sparse || (overCapacity && row.liveBytes < body) else { continue }
+            // Segments of format version 1 are rewritten whatever their liveness: their records
+            // are not bound to their store and place (Docs/PackFormat.md, "Version 1").
+            let outdated = (try? segmentFile(row.id).format.version).map { $0 < PackFormat.currentVersion } ?? false
+            guard row.liveBytes <= 0 || sparse || outdated || (overCapacity && row.liveBytes < body) else { continue }
             do {
                 report.bytesCopied += try rewrite(segment: row.id)
-            } catch where error.code == .corruptRecord {
+            } catch where error.code == .corruptRecord || error.code == .missingSegment {
                 // A damaged segment is left for `trove fsck --repair`; the rest of the pass goes on.
                 report.segmentsSkipped += 1
                 continue
@@ -184,7 +187,7 @@ extension Store {
     /// Appends a tombstone for each victim whose entry is still exactly the one selected: no
     /// newer write committed (same sequence in the index) and none queued (no slot saying
     /// otherwise). A key written meanwhile is never removed. Held: the committer lock.
-    private func appendGuardedTombstones(for victims: [EntryRow], index: IndexDatabase) throws(StoreError) -> [EntryRow] {
+    func appendGuardedTombstones(for victims: [EntryRow], index: IndexDatabase) throws(StoreError) -> [EntryRow] {
         try withAppender { (state) throws(StoreError) -> [EntryRow] in
             var removed: [EntryRow] = []
             for victim in victims {
@@ -232,11 +235,23 @@ extension Store {
                 return ids
             }
             defer { _ = appender.withLock { $0.reclaiming.remove(id) } }
-            let file = try segmentFile(id)
+            let file: SegmentFile
+            do throws(StoreError) {
+                file = try segmentFile(id)
+            } catch where salvaging && error.code == .missingSegment {
+                // A damaged header: the records are found with the store secret (fsck found them).
+                let format = appender.withLock { $0.format }
+                do {
+                    file = try SegmentFile.openForSalvage(
+                        id: id, in: packsDirectory, format: format, faults: configuration.faultInjector)
+                } catch {
+                    throw StoreError(pack: error)
+                }
+            }
 
             // Which records are live, and their bytes.
             enum Moved { case blob(Int64), link(ContentHash, from: UInt64), tombstone }
-            var live: [(raw: [UInt8], kind: Moved)] = []
+            var live: [(record: MovableRecord, kind: Moved)] = []
             do {
                 let size = try file.size()
                 let visit: (ScannedRecord) throws -> Void = { record in
@@ -247,25 +262,42 @@ extension Store {
                         let here = row.map { $0.segment == id && $0.offset == record.offset } ?? false
                         kind = here && (row!.references > 0 || queuedBlobs.contains(blobID)) ? .blob(row!.id) : nil
                     case .link(let link):
-                        let key = CacheKey(url: link.url, variant: link.variant)
+                        let key = link.key
                         let entry = try index.entry(digest: key.digest)?.entry
                         let current = entry.map { $0.key == key && $0.linkSegment == id && $0.linkOffset == record.offset }
                         kind = current == true ? .link(key.digest, from: record.offset) : nil
                     case .tombstone(let tombstone):
                         // Kept until a newer entry for the key supersedes it, so that a rebuild
                         // from the packs never brings a removed key back.
-                        let key = CacheKey(url: tombstone.url, variant: tombstone.variant)
+                        let key = tombstone.key
                         let entry = try index.entry(digest: key.digest)?.entry
                         kind = entry.map { $0.key == key && $0.sequence > tombstone.sequence } == true ? nil : .tombstone
                     }
-                    if let kind { live.append((try file.readRawRecord(at: record.offset, limit: size), kind)) }
+                    guard let kind else { return }
+                    // Links and tombstones are re-encoded from what was decoded (a salvaged one
+                    // has a damaged header); a blob's payload is read again.
+                    let movable = try MovableRecord(record) ?? file.readMovable(at: record.offset, limit: size)
+                    live.append((movable, kind))
                 }
-                if salvaging {
-                    _ = try SegmentScanner.scanAll(file, visit: visit)
-                } else if let defect = try SegmentScanner.scan(file, visit: visit).defect {
+                let report = try SegmentScanner.scan(file, pastDamage: salvaging, visit: visit)
+                if salvaging, report.stoppedAtDamage, let first = report.damage.first {
+                    // A version-1 segment is not scanned past damage; the records the index
+                    // names past it are read where the index says they are.
+                    for offset in try index.referencedOffsets(inSegment: id, from: first.start) {
+                        if let verified = try? file.readRecord(at: offset, limit: size) { try visit(verified.record) }
+                    }
+                }
+                if !salvaging, let first = report.damage.first {
+                    try? index.recordDamage(
+                        DamageRow(
+                            segment: id, start: first.start, end: first.end,
+                            kind: FsckReport.Finding.Kind.corruptRecord.rawValue,
+                            message: "segment \(id) bytes \(first.start)..<\(first.end): \(first.reason); the compactor "
+                                + "leaves the segment alone — run `trove fsck --repair`",
+                            foundAt: configuration.clock()))
                     throw StoreError(
                         code: .corruptRecord,
-                        message: "segment \(id) cannot be compacted: \(defect.reason); run `trove fsck --repair`")
+                        message: "segment \(id) cannot be compacted: \(first.reason); run `trove fsck --repair`")
                 }
             } catch let error as StoreError {
                 throw error
@@ -274,22 +306,23 @@ extension Store {
             }
 
             // Copy forward, a few records per hold of the appender lock so puts interleave.
-            var copies: [(kind: Moved, segment: UInt32, offset: UInt64)] = []
+            var copies: [(kind: Moved, segment: UInt32, offset: UInt64, length: UInt64)] = []
             var touched: [UInt32: SegmentFile] = [:]
             var copied: Int64 = 0
             for chunk in stride(from: 0, to: live.count, by: 64).map({ live[$0..<min($0 + 64, live.count)] }) {
                 try withAppender { (appender) throws(StoreError) in
                     for record in chunk {
-                        if appender.pack.needsRotation(forAppending: UInt64(record.raw.count)) {
+                        let length = UInt64(PackFormat.recordHeaderSize + record.record.body.count)
+                        if appender.pack.needsRotation(forAppending: length) {
                             touched[appender.pack.segment.id] = appender.pack.segment
                             try appender.rotate(packs: packsDirectory, createdAt: configuration.clock())
                         }
-                        let offset = try packCall { try appender.pack.appendCopy(record.raw) }
-                        copies.append((record.kind, appender.pack.segment.id, offset))
+                        let offset = try packCall { try appender.pack.append(record.record) }
+                        copies.append((record.kind, appender.pack.segment.id, offset, length))
                         touched[appender.pack.segment.id] = appender.pack.segment
                     }
                 }
-                copied += chunk.reduce(0) { $0 + Int64($1.raw.count) }
+                copied += chunk.reduce(0) { $0 + Int64(PackFormat.recordHeaderSize + $1.record.body.count) }
             }
             for file in touched.values { shared.withLock { $0.segmentFiles[file.id] = file } }
             // Segments created by rotation get their rows (and everything gets synced) first.
@@ -299,17 +332,18 @@ extension Store {
             }
 
             // One transaction: the index moves to the copies and forgets the segment.
-            var movedBlobs: [Int64: (UInt32, UInt64)] = [:]
+            var movedBlobs: [Int64: (UInt32, UInt64, UInt64)] = [:]
             do {
                 try index.begin()
                 do {
                     for copy in copies {
                         switch copy.kind {
                         case .blob(let blobID):
-                            try index.moveBlob(blobID, to: copy.segment, offset: copy.offset)
-                            movedBlobs[blobID] = (copy.segment, copy.offset)
+                            try index.moveBlob(blobID, to: copy.segment, offset: copy.offset, recordBytes: copy.length)
+                            movedBlobs[blobID] = (copy.segment, copy.offset, copy.length)
                         case .link(let digest, let from):
-                            try index.moveLink(of: digest, from: (id, from), to: copy.segment, offset: copy.offset)
+                            try index.moveLink(
+                                of: digest, from: (id, from), to: copy.segment, offset: copy.offset, length: copy.length)
                         case .tombstone: break
                         }
                     }
@@ -337,13 +371,22 @@ extension Store {
                 shared.segmentFiles[id] = nil
                 for (key, slot) in shared.slots {
                     guard case .present(var entry) = slot, let moved = movedBlobs[entry.blob.id] else { continue }
-                    (entry.blob.segment, entry.blob.offset) = moved
+                    (entry.blob.segment, entry.blob.offset, entry.blob.recordBytes) = moved
                     shared.slots[key] = .present(entry)
                 }
             }
             do {
-                try PackDirectory.removeSegment(id, in: packsDirectory)
-                if configuration.durability != .none { try PackDirectory.synchronize(packsDirectory) }
+                if salvaging {
+                    // Damaged bytes are kept for inspection, out of the segment namespace.
+                    try PackDirectory.quarantine(
+                        PackFormat.fileName(forSegment: id), suffix: "damaged", in: packsDirectory,
+                        faults: configuration.faultInjector)
+                } else {
+                    try PackDirectory.removeSegment(id, in: packsDirectory, faults: configuration.faultInjector)
+                }
+                if configuration.durability != .none {
+                    try PackDirectory.synchronize(packsDirectory, faults: configuration.faultInjector)
+                }
             } catch {
                 throw StoreError(pack: error)
             }

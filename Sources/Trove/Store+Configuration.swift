@@ -1,4 +1,5 @@
 public import TroveCore
+public import TrovePack
 
 extension Store {
     /// The settings of a store. Every property has a default that suits an image cache.
@@ -55,6 +56,14 @@ extension Store {
         /// also starts whenever disk usage passes the high watermark of ``capacity`` (checked
         /// once a second), and ``Store/compact(timeToLive:)`` runs one on demand. Default: 60 s.
         public var compactionInterval: Duration? = .seconds(60)
+
+        /// Whether opening a directory that holds no store creates one. Default: true. Tools that
+        /// only read (`trove get`, `ls`, `stats`) turn it off, so a mistyped path is an error
+        /// (``StoreError/Code/notAStore``) rather than a new, empty store.
+        public var createsMissingStore = true
+
+        /// Injects failures into the pack layer's file I/O (tests only; Docs/Operations.md).
+        @_spi(Testing) public var faultInjector: FaultInjector?
 
         /// The function that addresses content. Tests replace it to force hash collisions.
         @_spi(Testing) public var contentHasher: @Sendable (UnsafeRawBufferPointer) -> ContentHash = {

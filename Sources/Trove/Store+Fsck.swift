@@ -4,37 +4,44 @@ import TroveIndex
 import TrovePack
 
 extension Store {
-    /// Checks the whole store: SQLite's `integrity_check`; every record the index references,
-    /// read and verified; reference counts and per-segment byte counts; segment rows against
-    /// files; and every segment scanned for damage and for intact records the index lost.
+    /// Checks the whole store: SQLite's `integrity_check`; segment rows against files; every
+    /// segment scanned (past damage) and folded the way recovery and rebuilds fold records;
+    /// every index row checked against the record it points at; reference counts and
+    /// per-segment byte counts.
     ///
-    /// With `repair`, fixes what it found without losing an intact entry: index rows whose
-    /// bytes are gone are dropped, lost writes are applied, damaged link records are written
-    /// anew, counts are recomputed. Entries whose bytes are damaged are lost (counted in
-    /// ``FsckReport/entriesLost``). An index that fails `integrity_check` needs
-    /// ``Store/rebuildIndex(directory:configuration:progress:)`` instead.
+    /// With `repair`, makes the index what the packs say (the packs are the truth; an index row
+    /// is only ever evidence that a write happened, never the source of an entry), appends a
+    /// tombstone over every older value that must not come back, and salvages damaged segments
+    /// (their intact live records are copied forward, the file is set aside as `.damaged`).
+    /// What repair never does: serve or re-apply a link older than a write it knows of, restore
+    /// a link older than what the index committed, or write a record from an index row.
+    /// Entries whose newest write is damaged are lost (``FsckReport/entriesLost``). An index
+    /// that fails `integrity_check` needs ``Store/rebuildIndex(directory:configuration:progress:)``.
     ///
     /// Commit cycles wait while fsck runs; reads go on.
     ///
-    /// - Parameter progress: called as bytes are verified.
+    /// - Parameter progress: called as bytes are scanned.
     public func fsck(repair: Bool = false, progress: (WorkProgress) -> Void = { _ in }) throws -> FsckReport {
         try commitPending(flushReadTimes: true)
-        let (report, damaged) = try withoutActuallyEscaping(progress) { progress in
-            try committer.withLock { (slot) throws -> (FsckReport, Set<UInt32>) in
+        let (report, salvage) = try withoutActuallyEscaping(progress) { progress in
+            try committer.withLock { (slot) throws -> (FsckReport, [UInt32]) in
                 guard let state = slot, !state.isClosed else { throw Self.closedError(directory) }
                 var check = FsckRun(store: self, index: state.index, repair: repair, progress: progress)
                 try check.run()
+                // The tombstones repair appended are committed with the cycle.
                 if repair { try commitCycle(state, flushReadTimes: false) }
-                return (check.report, check.damagedSegments)
+                return (check.report, check.salvage.sorted())
             }
         }
         // Damaged bytes cannot be mended, but the segment can go: its intact live records are
-        // copied forward past the damage (the index is repaired, so nothing live is stranded).
+        // copied forward past the damage (the index is repaired, so nothing live is stranded),
+        // and the file is set aside.
         if repair {
-            for id in damaged.sorted() {
+            for id in salvage {
                 try sealIfActive(id)
                 _ = try rewrite(segment: id, salvaging: true)
             }
+            try withIndex { try $0.clearDamage() }
         }
         return report
     }
@@ -47,8 +54,9 @@ struct FsckRun {
     let repair: Bool
     let progress: (WorkProgress) -> Void
     var report = FsckReport()
-    /// Segments with damaged bytes: repair salvages them once the index is repaired.
-    var damagedSegments: Set<UInt32> = []
+    /// Segments with damaged bytes (or an unreadable header): repair salvages them once the
+    /// index is repaired.
+    var salvage: Set<UInt32> = []
 
     init(store: Store, index: IndexDatabase, repair: Bool, progress: @escaping (WorkProgress) -> Void) {
         self.store = store
@@ -57,240 +65,270 @@ struct FsckRun {
         self.progress = progress
     }
 
+    private var packs: String { store.packsDirectory }
+
     private mutating func find(
-        _ kind: FsckReport.Finding.Kind, _ message: String, segment: UInt32? = nil, offset: UInt64? = nil
+        _ kind: FsckReport.Finding.Kind, _ message: String, segment: UInt32? = nil, offset: UInt64? = nil,
+        repaired: Bool = false
     ) {
-        report.findings.append(.init(kind: kind, message: message, segment: segment, offset: offset, repaired: false))
+        report.findings.append(.init(kind: kind, message: message, segment: segment, offset: offset, repaired: repaired))
     }
 
-    /// Marks the findings from `start` on as repaired.
-    private mutating func repaired(from start: Int) {
+    mutating func run() throws {
+        reportWhatOpeningDid()
+        let integrity = try index.integrityCheck()
+        let indexIsSound = integrity == ["ok"]
+        if !indexIsSound {
+            find(.indexIntegrity, "index.sqlite: \(integrity.prefix(5).joined(separator: "; ")); run `trove fsck --rebuild-index`")
+        }
+        let start = report.findings.count
+        let (activeID, activeEnd, format) = store.appender.withLock { ($0.pack.segment.id, $0.pack.end, $0.format) }
+        let segmentRows = try index.segments()
+        let rowsByID = Dictionary(uniqueKeysWithValues: segmentRows.map { ($0.id, $0) })
+        let fileIDs = try PackDirectory.segmentIDs(in: packs)
+
+        // 1. Segment rows against files; every readable segment folded.
+        var fold = RecordFold()
+        var readable: [UInt32: SegmentFile] = [:]
+        var unreadableRows: Set<UInt32> = []
+        var truncated: [UInt32: UInt64] = [:]
+        let total = fileIDs.reduce(Int64(0)) { $0 + Int64(PackDirectory.segmentSize($1, in: packs) ?? 0) }
+        var done: Int64 = 0
+        for id in Set(fileIDs).union(rowsByID.keys).sorted() {
+            let name = "packs/\(PackFormat.fileName(forSegment: id))"
+            let file: SegmentFile
+            do {
+                file = try store.segmentFile(id)
+            } catch {
+                // Missing, or no valid header: a version-2 segment's records can still be found
+                // with the store secret, bound as they are to this id and their offsets.
+                if fileIDs.contains(id), let salvageable = try? SegmentFile.openForSalvage(id: id, in: packs, format: format) {
+                    salvage.insert(id)
+                    try fold.fold(salvageable)
+                    find(.missingSegment, "\(name) has no valid segment header; its intact records are salvaged by repair", segment: id)
+                } else {
+                    find(.missingSegment, "\(name) is \(fileIDs.contains(id) ? "unreadable" : "missing"); the index has rows in it", segment: id)
+                }
+                if rowsByID[id] != nil { unreadableRows.insert(id) }
+                continue
+            }
+            readable[id] = file
+            let size = try file.size()
+            if let row = rowsByID[id], size < row.indexedBytes {
+                truncated[id] = size
+                find(.truncatedSegment, "\(name) has \(size) bytes; the index reflects \(row.indexedBytes)", segment: id)
+            }
+            if rowsByID[id] == nil && id != activeID {
+                find(.orphanSegment, "\(name) is not in the index", segment: id)
+            }
+            let scan = try fold.fold(file, upTo: id == activeID ? activeEnd : nil)
+            if scan.stoppedAtDamage, let first = scan.damage.first {
+                // Version 1: records the index names past the damage are read where it says.
+                for offset in try index.referencedOffsets(inSegment: id, from: first.start) {
+                    if let verified = try? file.readRecord(at: offset, limit: size) { fold.add(verified.record, segment: id) }
+                }
+            }
+            if !scan.damage.isEmpty { salvage.insert(id) }
+            report.segmentsChecked += 1
+            report.recordsVerified += scan.recordCount
+            report.bytesVerified += Int64(scan.fileSize)
+            done += Int64(scan.fileSize)
+            progress(WorkProgress(phase: "scanning segments", bytesDone: done, bytesTotal: total))
+        }
+        for (segment, range) in fold.damage {
+            let what = range.identity.map { " (\($0.type) record, sequence \($0.sequence)\(keyName($0.digest, fold)))" } ?? ""
+            find(
+                .corruptRecord,
+                "segment \(segment): bytes \(range.start)..<\(range.end) hold no intact record\(what): \(range.reason)",
+                segment: segment, offset: range.start)
+        }
+
+        // 2. The index's rows as evidence: a row vouched for by the intact link it points at
+        //    counts for that link's key, whatever its own key columns say.
+        let rows = try index.entryRows()
+        var evidence = IndexEvidence(committedSequence: indexIsSound ? UInt64(max(0, try index.meta("sequence") ?? 0)) : nil)
+        var rowByDigest: [ContentHash: EntryRow] = [:]
+        var strayRows: [EntryRow] = []
+        for row in rows {
+            var digest = row.keyDigest
+            if let (_, identity) = fold.record(atSegment: row.linkSegment, offset: row.linkOffset), identity.type == .link,
+                identity.sequence == row.sequence
+            {
+                digest = identity.digest
+            }
+            if digest != row.keyDigest || row.key.digest != row.keyDigest {
+                strayRows.append(row)
+            } else {
+                rowByDigest[digest] = row
+            }
+            evidence.claims[digest] = max(evidence.claims[digest] ?? 0, row.sequence)
+            evidence.accessTimes[digest] = max(evidence.accessTimes[digest] ?? 0, row.accessedAt)
+        }
+        for row in strayRows {
+            find(
+                .staleIndexRow, "the index row for \(row.key) disagrees with the link record it points at (segment "
+                    + "\(row.linkSegment) offset \(row.linkOffset)); it is rebuilt from the record",
+                segment: row.linkSegment, offset: row.linkOffset)
+        }
+
+        // 3. Resolve every key and compare with the index.
+        let applier = IndexApplier(index: index, accessTimes: evidence.accessTimes)
+        var resolutions: [(ContentHash, KeyResolution)] = []
+        var blobRowsToSet: [UInt64: BlobCopy] = [:]
+        for digest in fold.keys(evidence: evidence).sorted() {
+            var resolution = fold.resolve(digest, evidence: evidence)
+            let row = rowByDigest[digest]
+            // The index may point at either copy of a record an interrupted compaction copied.
+            if case .entry(let link, _, let blob) = resolution, let row,
+                fold.isCopy(ofLink: digest, sequence: link.sequence, atSegment: row.linkSegment, offset: row.linkOffset)
+            {
+                resolution = .entry(
+                    link, link: RecordLocation(segment: row.linkSegment, offset: row.linkOffset, length: row.linkLength), blob: blob)
+            }
+            resolutions.append((digest, resolution))
+            switch resolution {
+            case .entry(let link, let location, let blob):
+                let wanted = applier.row(for: link, digest: digest, location: location, accessedAt: 0)
+                if row == nil {
+                    if !strayRows.contains(where: { $0.linkSegment == location.segment && $0.linkOffset == location.offset }) {
+                        find(
+                            .orphanRecord, "\(link.key): the link at segment \(location.segment) offset \(location.offset) "
+                                + "is newer than the index", segment: location.segment, offset: location.offset)
+                    }
+                } else if var row {
+                    row.accessedAt = 0
+                    if row != wanted {
+                        find(
+                            .staleIndexRow, "\(link.key): the index row disagrees with its link record at segment "
+                                + "\(location.segment) offset \(location.offset)", segment: location.segment, offset: location.offset)
+                    }
+                }
+                let copies = fold.blobCopies[link.blobID] ?? []
+                let stored = try index.blob(id: Int64(bitPattern: link.blobID))
+                let storedIsIntact =
+                    stored.map {
+                        $0.hash == blob.hash && $0.length == blob.payloadLength
+                            && copies.contains(RecordLocation(segment: $0.segment, offset: $0.offset, length: $0.recordBytes))
+                    } ?? false
+                if !storedIsIntact && blobRowsToSet.updateValue(blob, forKey: link.blobID) == nil && stored != nil {
+                    find(
+                        .staleIndexRow, "blob \(link.blobID): the index row disagrees with its record at segment "
+                            + "\(blob.location.segment) offset \(blob.location.offset)", segment: blob.location.segment,
+                        offset: blob.location.offset)
+                }
+            case .absent:
+                if let row {
+                    find(.orphanRecord, "\(row.key): a removal newer than the index entry was lost")
+                }
+            case .lost(let older, let reason):
+                let key = row?.key ?? older?.key
+                if row != nil || older != nil {
+                    find(.lostWrite, "\(key.map(\.description) ?? "a key"): \(reason); its entry is dropped and no older value is served")
+                    if row != nil { report.entriesLost += 1 }
+                }
+            case .unreflected(let link, let location):
+                find(
+                    .unreflectedRecord, "\(link.key): the link at segment \(location.segment) offset \(location.offset) is "
+                        + "older than what the index committed and the index has no entry for it; not restored",
+                    segment: location.segment, offset: location.offset)
+            }
+        }
+        // Blob rows with no intact record and no entry: nothing to dedup onto.
+        let liveBlobs = Set(resolutions.compactMap { resolution -> UInt64? in
+            if case .entry(let link, _, _) = resolution.1 { link.blobID } else { nil }
+        })
+        var deadBlobRows: [Int64] = []
+        for blob in try index.blobRows() where fold.blobs[UInt64(bitPattern: blob.id)] == nil {
+            if !liveBlobs.contains(UInt64(bitPattern: blob.id)) { deadBlobRows.append(blob.id) }
+        }
+
+        // 4. Counts (repairs change them, so they are recomputed last).
+        for wrong in try index.wrongReferenceCounts() {
+            find(.wrongReferenceCount, "blob \(wrong.id): \(wrong.stored) references stored, \(wrong.actual) entries link to it")
+        }
+        for wrong in try index.wrongLiveBytes() {
+            find(.wrongLiveBytes, "segment \(wrong.segment): \(wrong.stored) live bytes stored, rows add up to \(wrong.actual)", segment: wrong.segment)
+        }
+        for damage in try index.damage() where damage.kind == FsckReport.Finding.Kind.setAsideFile.rawValue {
+            find(.setAsideFile, damage.message)
+        }
+        guard repair else { return }
+
+        // 5. Repair: the index becomes what the packs say.
+        try index.writing {
+            for row in strayRows { try index.deleteEntryRow(digest: row.keyDigest) }
+            for (id, blob) in blobRowsToSet.sorted(by: { $0.key < $1.key }) {
+                try index.setBlob(
+                    id: Int64(bitPattern: id), hash: blob.hash, length: blob.payloadLength, segment: blob.location.segment,
+                    offset: blob.location.offset, recordBytes: blob.location.length)
+            }
+            for (digest, resolution) in resolutions { _ = try applier.apply(resolution, digest: digest) }
+            for id in deadBlobRows { try index.deleteBlob(id) }
+            for id in unreadableRows where !salvage.contains(id) {
+                _ = try index.dropRecords(segment: id, beyond: 0)
+                try index.deleteSegment(id)
+            }
+            for (id, size) in truncated { try index.setIndexedBytes(size, segment: id) }
+            for id in readable.keys where rowsByID[id] == nil && id != activeID {
+                try index.insertSegment(id: id, indexedBytes: try readable[id]!.size())
+                try index.sealSegment(id)
+            }
+            for id in salvage where rowsByID[id] == nil {
+                try index.insertSegment(id: id, indexedBytes: PackDirectory.segmentSize(id, in: packs) ?? 0)
+                try index.sealSegment(id)
+            }
+            try index.recomputeDerivedColumns()
+        }
+        // Older values that must never come back get tombstones (a key written again meanwhile
+        // needs none: its new record supersedes them).
+        let superseded = resolutions.compactMap(\.1.supersededLink)
+        try store.withAppender { (state) throws(StoreError) in
+            var queued = Set<CacheKey>()
+            for write in state.queue {
+                switch write.record.content {
+                case .link(let link): queued.insert(link.key)
+                case .tombstone(let t): queued.insert(t.key)
+                case .blob: break
+                }
+            }
+            for link in superseded where !queued.contains(link.key) {
+                _ = try store.appendTombstone(for: link.key, to: state)
+            }
+            // Repairs can change what readers see: drop every cached location but those of
+            // writes still queued.
+            store.shared.withLock { shared in
+                shared.slots = shared.slots.filter { key, slot in
+                    if queued.contains(key) { return true }
+                    if case .removed = slot { return true }
+                    return false
+                }
+            }
+        }
         for i in start..<report.findings.count where report.findings[i].kind != .indexIntegrity {
             report.findings[i].repaired = true
         }
     }
 
-    mutating func run() throws {
-        let packs = store.packsDirectory
-        // What opening the store already found and repaired belongs in the report too (once).
+    /// What opening the store already found and did belongs in the first report too.
+    private mutating func reportWhatOpeningDid() {
         let firstCheck = store.shared.withLock { state in
             defer { state.recoveryReported = true }
             return !state.recoveryReported
         }
-        let opened = firstCheck ? store.recoveryReport : RecoveryReport()
-        for id in opened.missingSegments {
-            report.findings.append(.init(kind: .missingSegment, message: "segment \(id) was missing or unreadable; its entries were dropped when the store opened", segment: id, repaired: true))
-        }
+        guard firstCheck else { return }
+        let opened = store.recoveryReport
         for tail in opened.truncatedTails {
-            report.findings.append(.init(kind: .truncatedSegment, message: "segment \(tail.segment): \(tail.bytesRemoved) bytes of torn tail were cut when the store opened (\(tail.reason))", segment: tail.segment, offset: tail.validEnd, repaired: true))
+            find(
+                .truncatedSegment, "segment \(tail.segment): \(tail.bytesRemoved) bytes of torn tail were cut when the store "
+                    + "opened (\(tail.reason))", segment: tail.segment, offset: tail.validEnd, repaired: true)
+        }
+        for moved in opened.renamedFiles {
+            find(.renamedSegment, "packs/\(moved.from) was renamed to packs/\(moved.to) when the store opened (\(moved.reason))", repaired: true)
         }
         report.entriesLost += opened.droppedEntries.count
-        // 1. SQLite's own check.
-        let integrity = try index.integrityCheck()
-        if integrity != ["ok"] {
-            find(.indexIntegrity, "index.sqlite: \(integrity.prefix(5).joined(separator: "; ")); run `trove fsck --rebuild-index`")
-        }
-        let start = report.findings.count
-        if repair { try index.begin() }
-        do {
-            try checkSegments(packs)
-            try checkIndexAgainstPacks()
-            try checkPacksAgainstIndex(packs)
-            // Counts last: the repairs above change them.
-            for wrong in try index.wrongReferenceCounts() {
-                find(.wrongReferenceCount, "blob \(wrong.id): \(wrong.stored) references stored, \(wrong.actual) entries link to it")
-            }
-            for wrong in try index.wrongLiveBytes() {
-                find(.wrongLiveBytes, "segment \(wrong.segment): \(wrong.stored) live bytes stored, rows add up to \(wrong.actual)", segment: wrong.segment)
-            }
-            if repair {
-                try index.recomputeDerivedColumns()
-                try index.commit()
-                repaired(from: start)
-            }
-        } catch {
-            if repair { try? index.rollback() }
-            throw error
-        }
-        if repair {
-            // Repairs can change what readers see: drop every cached location.
-            store.shared.withLock { $0.slots = $0.slots.filter { if case .present = $0.value { false } else { true } } }
-        }
     }
 
-    /// Segment rows against segment files.
-    private mutating func checkSegments(_ packs: String) throws {
-        let rows = try index.segments()
-        let files = Set(try PackDirectory.segmentIDs(in: packs))
-        for row in rows {
-            let path = packs + "/" + PackFormat.fileName(forSegment: row.id)
-            guard files.contains(row.id), let size = SystemCall.fileSize(path) else {
-                find(.missingSegment, "segment \(row.id) is in the index but \(path) is missing", segment: row.id)
-                if repair {
-                    report.entriesLost += try index.dropRecords(segment: row.id, beyond: 0).count
-                    try index.deleteSegment(row.id)
-                }
-                continue
-            }
-            if UInt64(size) < row.indexedBytes {
-                find(.truncatedSegment, "\(path) has \(size) bytes; the index reflects \(row.indexedBytes)", segment: row.id)
-                if repair {
-                    report.entriesLost += try index.dropRecords(segment: row.id, beyond: UInt64(size)).count
-                    try index.setIndexedBytes(UInt64(size), segment: row.id)
-                }
-            }
-        }
-        let known = Set(rows.map(\.id))
-        let active = store.appender.withLock { $0.pack.segment.id }
-        for id in files.sorted() where !known.contains(id) && id != active {
-            find(.orphanSegment, "\(packs)/\(PackFormat.fileName(forSegment: id)) is not in the index", segment: id)
-            if repair {
-                // Its records are judged like any others below (orphans get applied); then the
-                // compactor reclaims what is dead.
-                let size = UInt64(SystemCall.fileSize(packs + "/" + PackFormat.fileName(forSegment: id)) ?? 0)
-                try index.insertSegment(id: id, indexedBytes: size)
-                try index.sealSegment(id)
-            }
-        }
-    }
-
-    /// Every record the index references, read and verified.
-    private mutating func checkIndexAgainstPacks() throws {
-        for row in try index.entriesWithoutBlob() {
-            find(.staleIndexRow, "\(row.key): the index links it to blob \(row.blobID), which it does not have")
-            if repair {
-                try index.removeEntry(digest: row.keyDigest)
-                report.entriesLost += 1
-            }
-        }
-        var total: Int64 = 0
-        try index.forEachBlob { if $0.references > 0 { total += Int64($0.recordBytes) } }
-        var damaged: [BlobRow] = []
-        var done: Int64 = 0
-        try index.forEachBlob { blob in
-            guard blob.references > 0 else { return }
-            do {
-                let file = try store.segmentFile(blob.segment)
-                _ = try file.readBlob(at: blob.offset, payloadLength: blob.length, hash: blob.hash, id: UInt64(bitPattern: blob.id))
-                report.recordsVerified += 1
-                report.bytesVerified += Int64(blob.recordBytes)
-            } catch {
-                damaged.append(blob)
-            }
-            done += Int64(blob.recordBytes)
-            progress(WorkProgress(phase: "verifying blobs", bytesDone: done, bytesTotal: total))
-        }
-        for blob in damaged {
-            find(.corruptRecord, "blob \(blob.id) at segment \(blob.segment) offset \(blob.offset) does not verify", segment: blob.segment, offset: blob.offset)
-            if repair { report.entriesLost += try index.dropBlob(blob.id).count }
-        }
-        // Each entry's link record must be the record the row describes.
-        var stale: [(IndexedEntry, String)] = []
-        try index.forEachEntry { indexed in
-            let row = indexed.entry
-            do {
-                let file = try store.segmentFile(row.linkSegment)
-                let (header, body) = try file.readRecord(at: row.linkOffset, limit: try file.size())
-                report.recordsVerified += 1
-                report.bytesVerified += Int64(row.linkLength)
-                guard header.type == .link, let link = body.withUnsafeBytes({ RecordDecoder.link($0) }),
-                    link.url == row.url, link.variant == row.variant, link.sequence == row.sequence,
-                    Int64(bitPattern: link.blobID) == row.blobID
-                else {
-                    stale.append((indexed, "the record at segment \(row.linkSegment) offset \(row.linkOffset) is not its link"))
-                    return true
-                }
-            } catch {
-                stale.append((indexed, "its link record at segment \(row.linkSegment) offset \(row.linkOffset) is unreadable (\(error))"))
-            }
-            return true
-        }
-        for (indexed, reason) in stale {
-            find(.staleIndexRow, "\(indexed.entry.key): \(reason)", segment: indexed.entry.linkSegment, offset: indexed.entry.linkOffset)
-            if repair, try index.blob(id: indexed.blob.id) != nil { try rewriteLink(indexed) }
-        }
-    }
-
-    /// Appends a fresh link record for an entry whose link record is damaged, so the packs can
-    /// rebuild it again, and points the row at it.
-    private mutating func rewriteLink(_ indexed: IndexedEntry) throws {
-        let row = indexed.entry
-        let (segment, offset, length, sequence) = try store.withAppender { (state) throws(StoreError) in
-            let link = LinkRecord(
-                url: row.url, variant: row.variant, blobHash: indexed.blob.hash, blobLength: indexed.blob.length,
-                blobID: UInt64(bitPattern: indexed.blob.id), sequence: state.nextSequence, createdAt: row.createdAt,
-                expiresAt: row.expiresAt, etag: row.etag, lastModified: row.lastModified)
-            let length = PackWriter.linkRecordLength(link)
-            if state.pack.needsRotation(forAppending: length) {
-                try state.rotate(packs: store.packsDirectory, createdAt: store.configuration.clock())
-            }
-            let offset = try store.packCall { try state.pack.appendLink(link) }
-            state.nextSequence += 1
-            return (state.pack.segment.id, offset, length, link.sequence)
-        }
-        try store.segmentFile(segment).synchronize()
-        try index.insertSegment(id: segment, indexedBytes: UInt64(PackFormat.segmentHeaderSize))
-        try index.setLinkLocation(of: row.keyDigest, segment: segment, offset: offset, length: length, sequence: sequence)
-    }
-
-    /// Every segment scanned, past damage, for corrupt bytes and for intact records the index
-    /// lost: a link newer than its key's entry (and not removed by a newer tombstone), or a
-    /// tombstone newer than the entry it removes.
-    private mutating func checkPacksAgainstIndex(_ packs: String) throws {
-        var newestLink: [CacheKey: (record: ScannedRecord, segment: UInt32)] = [:]
-        var newestTombstone: [CacheKey: UInt64] = [:]
-        var blobs: [UInt64: (record: ScannedRecord, segment: UInt32)] = [:]
-        let ids = try PackDirectory.segmentIDs(in: packs)
-        var total: Int64 = 0
-        for id in ids { total += SystemCall.fileSize(packs + "/" + PackFormat.fileName(forSegment: id)) ?? 0 }
-        var done: Int64 = 0
-        for id in ids {
-            report.segmentsChecked += 1
-            let file: SegmentFile
-            do { file = try store.segmentFile(id) } catch {
-                find(.corruptRecord, "segment \(id): \(error.message)", segment: id, offset: 0)
-                continue
-            }
-            let damage = try SegmentScanner.scanAll(file) { record in
-                switch record.content {
-                case .blob(_, let blobID, _):
-                    if blobs[blobID] == nil { blobs[blobID] = (record, id) }
-                case .link(let link):
-                    let key = CacheKey(url: link.url, variant: link.variant)
-                    if case .link(let known)? = newestLink[key]?.record.content, known.sequence >= link.sequence { break }
-                    newestLink[key] = (record, id)
-                case .tombstone(let tombstone):
-                    let key = CacheKey(url: tombstone.url, variant: tombstone.variant)
-                    newestTombstone[key] = max(newestTombstone[key] ?? 0, tombstone.sequence)
-                }
-            }
-            for range in damage {
-                find(.corruptRecord, "segment \(id): bytes \(range.start)..<\(range.end) hold no valid record (\(range.reason))", segment: id, offset: range.start)
-            }
-            if !damage.isEmpty { damagedSegments.insert(id) }
-            done += SystemCall.fileSize(file.path) ?? 0
-            progress(WorkProgress(phase: "scanning segments", bytesDone: done, bytesTotal: total))
-        }
-        let applier = IndexApplier(index: index)
-        for (key, newest) in newestLink.sorted(by: { $0.key < $1.key }) {
-            guard case .link(let link) = newest.record.content else { continue }
-            if let removed = newestTombstone[key], removed > link.sequence { continue }
-            let entry = try index.entry(digest: key.digest)?.entry
-            if let entry, entry.key != key || entry.sequence >= link.sequence { continue }
-            // A link whose blob is gone (damaged, or reclaimed) is dead, not lost.
-            guard try index.blob(id: Int64(bitPattern: link.blobID)) != nil || blobs[link.blobID] != nil else { continue }
-            find(.orphanRecord, "\(key): the link at segment \(newest.segment) offset \(newest.record.offset) is newer than the index", segment: newest.segment, offset: newest.record.offset)
-            if repair {
-                if try index.blob(id: Int64(bitPattern: link.blobID)) == nil, let blob = blobs[link.blobID] {
-                    try applier.apply(blob.record, segment: blob.segment)
-                }
-                try applier.apply(newest.record, segment: newest.segment)
-            }
-        }
-        for (key, sequence) in newestTombstone.sorted(by: { $0.key < $1.key }) {
-            guard let entry = try index.entry(digest: key.digest)?.entry, entry.key == key, entry.sequence < sequence else { continue }
-            find(.orphanRecord, "\(key): a removal newer than the index entry was lost")
-            if repair { try index.removeEntry(digest: key.digest) }
-        }
+    private func keyName(_ digest: ContentHash, _ fold: RecordFold) -> String {
+        fold.newest[digest].map { ", \($0.key)" } ?? ""
     }
 }

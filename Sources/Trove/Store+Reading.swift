@@ -10,9 +10,14 @@ extension Store {
     /// adds one indexed SQLite lookup on a read-only connection. The read time is noted in
     /// memory and written to the index later, so a read never waits for an index write.
     ///
+    /// An entry past its expiry is not returned: it is gone for readers at once, and the
+    /// compactor removes it from disk later.
+    ///
     /// - Throws: ``StoreError`` with code `.corruptRecord` when the stored record fails its
-    ///   checksum (the entry — and every key sharing that blob — is dropped from the index,
-    ///   and later reads return nil), `.io`, `.index` or `.closed`.
+    ///   checksum (when the record is the one the index names, the entry — and every key
+    ///   sharing that blob — is dropped and later reads return nil; otherwise the damage is
+    ///   recorded for `trove fsck --repair` and reads keep failing until then),
+    ///   `.missingSegment` when the segment holding it is missing, `.io`, `.index` or `.closed`.
     public func entry(for key: CacheKey) throws -> Entry? {
         guard let found = try locate(key, noteRead: true) else { return nil }
         let data = try readBlob(of: found, key: key)
@@ -66,48 +71,56 @@ extension Store {
 
     // MARK: Internals
 
-    /// Finds `key`'s entry: the location map first, the index on a miss.
-    func locate(_ key: CacheKey, noteRead: Bool) throws(StoreError) -> IndexedEntry? {
+    /// Finds `key`'s entry: the location map first, the index on a miss. An entry past its
+    /// expiry is not found (the compactor removes it later) unless `includingExpired`.
+    func locate(_ key: CacheKey, noteRead: Bool, includingExpired: Bool = false) throws(StoreError) -> IndexedEntry? {
         // The returned entry's accessedAt is the last read *before* this one: a read time not
         // yet flushed is taken from memory, in the same lock hold that notes this read.
         let now = configuration.clock()
         let (slot, previousRead, generation, closed) = shared.withLock { state in
             let slot = state.slots[key]
             let previous = state.readTimes[key]
-            if noteRead, case .present = slot { state.readTimes[key] = now }
+            if noteRead, case .present(let found) = slot, !found.isExpired(at: now) { state.readTimes[key] = now }
             return (slot, previous, state.generation, state.isClosed)
         }
         if closed { throw Self.closedError(directory) }
         switch slot {
-        case .present(let found): return found.readBefore(previousRead)
+        case .present(let found):
+            return includingExpired || !found.isExpired(at: now) ? found.readBefore(previousRead) : nil
         case .removed: return nil
         case nil: break
         }
         let found = try readIndex { try $0.entry(digest: key.digest) }
         guard let found, found.entry.key == key else { return nil }
+        let expired = found.isExpired(at: now)
         shared.withLock { state in
             // Only if no write touched the map since this read began: the row cannot be stale.
             if state.generation == generation && state.slots[key] == nil {
                 state.slots[key] = .present(found)
             }
-            if noteRead { state.readTimes[key] = now }
+            if noteRead && !expired { state.readTimes[key] = now }
         }
-        return found.readBefore(previousRead)
+        return includingExpired || !expired ? found.readBefore(previousRead) : nil
     }
 
-    /// Reads and verifies `found`'s blob; drops the entry (and its blob's other keys) when
-    /// the record is damaged or its segment file is gone.
+    /// Reads and verifies `found`'s blob.
+    ///
+    /// A record that is the one the index names (its header says so) but whose payload is
+    /// damaged is dropped: tombstones remove every key that shares it, so no replay can serve
+    /// an older value of them either. Any other failure — nothing verifiable where the index
+    /// points, an intact record that is not the one named, a missing segment — may be the
+    /// index's damage rather than the pack's: the read throws, the damage is recorded for
+    /// `trove fsck --repair` to judge with everything in view, and nothing is dropped.
     ///
     /// Before calling a failed read damage, the key is looked up again: the compactor may have
     /// moved the blob (and deleted the old file) since `found` was read.
     func readBlob(of found: IndexedEntry, key: CacheKey) throws(StoreError) -> Data {
-        let reason: String
-        let underlying: any Error & Sendable
+        let failure: StoreError
         switch readBlobOnce(found.blob) {
         case .success(let data): return data
-        case .failure(.other(let error)): throw error
-        case .failure(.damaged(let why, let cause)): (reason, underlying) = (why, cause)
+        case .failure(let error): failure = error
         }
+        guard failure.code == .corruptRecord || failure.code == .missingSegment else { throw failure }
         if let fresh = try? readIndex({ try $0.entry(digest: key.digest) }), fresh.entry.key == key,
             fresh.blob.id == found.blob.id,
             fresh.blob.segment != found.blob.segment || fresh.blob.offset != found.blob.offset,
@@ -120,45 +133,38 @@ extension Store {
             }
             return data
         }
-        throw dropDamaged(found.blob, key: key, reason: reason, underlying: underlying)
+        let blob = found.blob
+        if (failure.underlying as? PackError)?.code == .damagedPayload {
+            let dropped = (try? dropDamagedBlob(blob, reason: failure.message)) ?? []
+            throw StoreError(
+                code: .corruptRecord,
+                message: "\(key): \(failure.message); dropped \(dropped.count) entr\(dropped.count == 1 ? "y" : "ies") "
+                    + "that shared the record", key: key, underlying: failure.underlying)
+        }
+        let kind: FsckReport.Finding.Kind =
+            failure.code == .missingSegment
+            ? .missingSegment : (failure.underlying as? PackError)?.code == .recordMismatch ? .staleIndexRow : .corruptRecord
+        recordDamage(kind, segment: blob.segment, offset: blob.offset, end: blob.offset + blob.recordBytes, "\(key): \(failure.message)")
+        var error = failure
+        error.key = key
+        error.message = "\(key): \(failure.message)"
+        throw error
     }
 
-    enum DamagedRead: Error {
-        case damaged(String, any Error & Sendable)
-        case other(StoreError)
-    }
-
-    /// One read of `blob`'s record: its bytes, or why not.
-    private func readBlobOnce(_ blob: BlobRow) -> Result<Data, DamagedRead> {
+    /// One read of `blob`'s record: its bytes, or the typed error.
+    private func readBlobOnce(_ blob: BlobRow) -> Result<Data, StoreError> {
         let file: SegmentFile
         do {
             file = try segmentFile(blob.segment)
         } catch {
-            guard (error.underlying as? PackError)?.errno == ENOENT || error.code == .corruptRecord else {
-                return .failure(.other(error))
-            }
-            return .failure(.damaged(error.message, error))
+            return .failure(error)
         }
         do {
             return .success(
                 try file.readBlob(at: blob.offset, payloadLength: blob.length, hash: blob.hash, id: UInt64(bitPattern: blob.id)))
-        } catch let error as PackError where error.code == .corruptRecord || error.code == .truncatedRecord {
-            return .failure(.damaged(error.message, error))
         } catch {
-            return .failure(.other(StoreError(pack: error)))
+            return .failure(StoreError(pack: error))
         }
-    }
-
-    /// Drops a blob whose record cannot be served, and returns the error to throw.
-    private func dropDamaged(
-        _ blob: BlobRow, key: CacheKey, reason: String, underlying: any Error & Sendable
-    ) -> StoreError {
-        let dropped = (try? dropDamagedBlob(blob)) ?? []
-        return StoreError(
-            code: .corruptRecord,
-            message: "\(key): \(reason); dropped \(dropped.count) entr\(dropped.count == 1 ? "y" : "ies") "
-                + "that shared the record",
-            key: key, underlying: underlying)
     }
 
     /// The public view of an index row. Read times not yet flushed are not looked up here:
@@ -181,6 +187,11 @@ extension Store {
 }
 
 extension IndexedEntry {
+    /// Whether the entry's expiry is at or before `now` (ms).
+    func isExpired(at now: Int64) -> Bool {
+        entry.expiresAt.map { $0 <= now } ?? false
+    }
+
     /// This entry with `accessedAt` raised to `read`, a read time not yet flushed, if later.
     func readBefore(_ read: Int64?) -> IndexedEntry {
         guard let read, read > entry.accessedAt else { return self }

@@ -4,89 +4,86 @@ import TroveIndex
 import TrovePack
 
 extension Store {
-    /// Rebuilds the index of the store in `directory` from its pack segments alone, for when
+    /// Rebuilds the index of the store in `directory` from its pack segments, for when
     /// index.sqlite is lost or damaged. The old index files are kept as
     /// `index.sqlite.damaged-<time>` (never deleted).
     ///
-    /// Every segment is scanned past damage; every intact blob is indexed; for each key the
-    /// newest link wins unless a newer tombstone removed the key, so removed keys stay removed.
-    /// Keys, ETags, Last-Modified and expiry come back; read times restart from creation times.
+    /// Every segment is scanned past damage and folded the way opening and fsck fold records:
+    /// for each key the newest intact link, unless a newer write is known — a newer tombstone, a
+    /// damaged record of the key, or a row of the old index, which is read (as far as it can be)
+    /// for that evidence and for read times, but never as a source of an entry. When the old
+    /// index passes SQLite's integrity check, a link older than what it committed and absent
+    /// from it is not restored either, so rebuilding a sound index changes nothing.
     ///
     /// Takes the directory's process lock: no `Store` may have it open.
     ///
-    /// - Returns: counts of what was found, as an ``FsckReport`` whose findings are the damaged
-    ///   byte ranges.
+    /// - Returns: what was found, as an ``FsckReport`` whose findings are the damage seen, the
+    ///   files moved and the entries dropped.
     public static func rebuildIndex(
         directory: String, configuration: Configuration = Configuration(), progress: (WorkProgress) -> Void = { _ in }
     ) throws -> FsckReport {
+        guard SystemCall.fileKind(directory) == S_IFDIR else {
+            throw StoreError(code: .notAStore, message: "there is no Trove store at \(directory)")
+        }
         let lock = try ProcessLock(path: directory + "/LOCK")
-        defer { withExtendedLifetime(lock) {} }
-        let packs = directory + "/packs"
         let indexPath = directory + "/index.sqlite"
-        let stamp = Int64(Date().timeIntervalSince1970)
-        for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: indexPath + suffix) {
-            try FileManager.default.moveItem(atPath: indexPath + suffix, toPath: indexPath + ".damaged-\(stamp)" + suffix)
+        let evidence = Self.evidence(fromIndexAt: indexPath)
+        // Set the old files aside under one new name (never replacing an earlier one).
+        let stamp = configuration.clock()
+        var name = indexPath + ".damaged-\(stamp)"
+        var n = 2
+        while ["", "-wal", "-shm"].contains(where: { SystemCall.fileKind(name + $0) != nil }) {
+            name = indexPath + ".damaged-\(stamp)-\(n)"
+            n += 1
         }
+        for suffix in ["", "-wal", "-shm"] where SystemCall.fileKind(indexPath + suffix) != nil {
+            guard rename(indexPath + suffix, name + suffix) == 0 else {
+                throw StoreError(
+                    code: .io,
+                    message: "cannot set \(indexPath + suffix) aside as \(name + suffix): \(SystemCall.errorText(errno))")
+            }
+        }
+        let store = try Store(
+            directory: directory, configuration: configuration, rebuilding: evidence, lock: lock, progress: progress)
+        defer { try? store.close() }
         var report = FsckReport()
-        let index = try IndexDatabase(path: indexPath, readOnly: false)
-        try index.begin()
-        let ids = try PackDirectory.segmentIDs(in: packs)
-        var total: Int64 = 0
-        for id in ids { total += SystemCall.fileSize(packs + "/" + PackFormat.fileName(forSegment: id)) ?? 0 }
-        var done: Int64 = 0
-        var newestLink: [CacheKey: (record: ScannedRecord, segment: UInt32, sequence: UInt64)] = [:]
-        var newestTombstone: [CacheKey: UInt64] = [:]
-        var nextSequence: UInt64 = 0
-        let applier = IndexApplier(index: index)
-        for id in ids {
-            let file: SegmentFile
-            do {
-                file = try SegmentFile.open(id: id, in: packs, writable: false)
-            } catch let error as PackError where error.code == .notASegment {
-                try PackDirectory.quarantineSegment(id, in: packs)
-                report.findings.append(.init(kind: .corruptRecord, message: error.message, segment: id, offset: 0))
-                continue
-            }
-            report.segmentsChecked += 1
-            let size = try file.size()
-            try index.insertSegment(id: id, indexedBytes: size)
-            if id != ids.last { try index.sealSegment(id) }
-            let damage = try SegmentScanner.scanAll(file) { record in
-                report.recordsVerified += 1
-                report.bytesVerified += Int64(record.length)
-                switch record.content {
-                case .blob(_, let blobID, _):
-                    nextSequence = max(nextSequence, blobID + 1)
-                    try applier.apply(record, segment: id)
-                case .link(let link):
-                    nextSequence = max(nextSequence, link.sequence + 1)
-                    let key = CacheKey(url: link.url, variant: link.variant)
-                    if (newestLink[key]?.sequence ?? 0) <= link.sequence || newestLink[key] == nil {
-                        newestLink[key] = (record, id, link.sequence)
-                    }
-                case .tombstone(let tombstone):
-                    nextSequence = max(nextSequence, tombstone.sequence + 1)
-                    let key = CacheKey(url: tombstone.url, variant: tombstone.variant)
-                    newestTombstone[key] = max(newestTombstone[key] ?? 0, tombstone.sequence)
-                }
-            }
-            for range in damage {
-                report.findings.append(
-                    .init(
-                        kind: .corruptRecord, message: "segment \(id): bytes \(range.start)..<\(range.end) hold no valid record",
-                        segment: id, offset: range.start))
-            }
-            done += Int64(size)
-            progress(WorkProgress(phase: "rebuilding the index", bytesDone: done, bytesTotal: total))
+        let recovery = store.recoveryReport
+        report.segmentsChecked = try PackDirectory.segmentIDs(in: store.packsDirectory).count
+        for damage in recovery.damage {
+            report.findings.append(.init(kind: damage.kind, message: damage.message, segment: damage.segment, offset: damage.offset))
         }
-        for (key, newest) in newestLink.sorted(by: { $0.value.sequence < $1.value.sequence }) {
-            if let removed = newestTombstone[key], removed > newest.sequence { continue }
-            try applier.apply(newest.record, segment: newest.segment)
+        for moved in recovery.renamedFiles {
+            report.findings.append(
+                .init(kind: .renamedSegment, message: "packs/\(moved.from) renamed to packs/\(moved.to)", repaired: true))
         }
-        try index.recomputeDerivedColumns()
-        try index.setMeta("sequence", Int64(bitPattern: nextSequence))
-        try index.commit()
-        try index.checkpoint()
+        for tail in recovery.truncatedTails {
+            report.findings.append(
+                .init(
+                    kind: .truncatedSegment, message: "segment \(tail.segment): a torn tail of \(tail.bytesRemoved) bytes was cut",
+                    segment: tail.segment, offset: tail.validEnd, repaired: true))
+        }
+        for key in recovery.droppedEntries {
+            report.findings.append(.init(kind: .lostWrite, message: "\(key): its newest write is lost; not served"))
+        }
+        report.entriesLost = recovery.droppedEntries.count
+        try store.close()
         return report
+    }
+
+    /// What the index at `path` can still tell: its rows' sequences and read times, and — when
+    /// it passes SQLite's integrity check — the sequence it committed. Empty when it cannot be
+    /// read at all.
+    static func evidence(fromIndexAt path: String) -> IndexEvidence {
+        var evidence = IndexEvidence()
+        guard SystemCall.fileKind(path) == S_IFREG, let index = try? IndexDatabase(path: path, readOnly: true) else {
+            return evidence
+        }
+        let sound = (try? index.integrityCheck()) == ["ok"]
+        if sound, let committed = try? index.meta("sequence") { evidence.committedSequence = UInt64(max(0, committed)) }
+        for row in (try? index.entryRows()) ?? [] where row.key.digest == row.keyDigest {
+            evidence.claims[row.keyDigest] = max(evidence.claims[row.keyDigest] ?? 0, row.sequence)
+            evidence.accessTimes[row.keyDigest] = row.accessedAt
+        }
+        return evidence
     }
 }

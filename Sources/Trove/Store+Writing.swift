@@ -21,7 +21,11 @@ extension Store {
     ///   - data: the bytes, at most ``maximumValueLength``.
     ///   - key: the entry's key.
     ///   - metadata: ETag, Last-Modified and expiry to keep with the bytes.
-    /// - Throws: ``StoreError`` — `.valueTooLarge`, `.keyCollision`, `.io`, `.index`, `.closed`.
+    /// - Throws: ``StoreError`` — `.valueTooLarge`, `.keyCollision`, `.invalidArgument` (an
+    ///   expiry date out of range), `.io`, `.index`, `.closed`. A put that throws has not been
+    ///   acknowledged: it may have no effect, or — when its record reached the pack before the
+    ///   failure (a full disk at the index commit) — take effect once the index catches up
+    ///   (Docs/Architecture.md, "Failed writes"). Never a partial value.
     /// - Complexity: one XXH3-128 pass over `data`, two indexed lookups on a reader
     ///   connection, one or two `pwrite`s. No index write and no fsync on the caller's thread
     ///   unless durability is `full`.
@@ -53,7 +57,12 @@ extension Store {
         }
         var equal = candidates.first { holds($0, bytes) }
         let now = configuration.clock()
-        let expiresAt = metadata.expiresAt.map(milliseconds) ?? configuration.defaultTimeToLive.map { now + milliseconds($0) }
+        let expiresAt: Int64?
+        if let date = metadata.expiresAt {
+            expiresAt = try milliseconds(date)
+        } else {
+            expiresAt = configuration.defaultTimeToLive.map { saturatingSum(now, milliseconds($0)) }
+        }
         let (sequence, queued) = try withAppender { (state) throws(StoreError) -> (UInt64, Int) in
             if let found = equal, state.reclaiming.contains(found.segment) {
                 equal = nil
@@ -86,7 +95,7 @@ extension Store {
             }
             link.blobID = UInt64(bitPattern: blob.id)
             link.sequence = state.nextSequence
-            let linkOffset = try packCall { try state.pack.appendLink(link) }
+            let linkOffset = try packCall { try state.pack.appendLink(link, digest: digest) }
             state.enqueue(offset: linkOffset, length: linkLength, .link(link))
             state.nextSequence += 1
             let row = EntryRow(
@@ -132,7 +141,7 @@ extension Store {
         var removed = 0
         var last: (sequence: UInt64, queued: Int)?
         for key in keys {
-            guard try locate(key, noteRead: false) != nil else { continue }
+            guard try locate(key, noteRead: false, includingExpired: true) != nil else { continue }
             last = try withAppender { (state) throws(StoreError) -> (UInt64, Int) in
                 (try appendTombstone(for: key, to: state), state.queue.count)
             }
@@ -147,7 +156,7 @@ extension Store {
     func appendTombstone(for key: CacheKey, to state: AppendState) throws(StoreError) -> UInt64 {
         let tombstone = TombstoneRecord(
             url: key.url, variant: key.variant, sequence: state.nextSequence, removedAt: configuration.clock())
-        let length = UInt64(PackFormat.recordHeaderSize + RecordEncoder.body(of: tombstone).count)
+        let length = PackWriter.tombstoneRecordLength(tombstone)
         if state.pack.needsRotation(forAppending: length) {
             try state.rotate(packs: packsDirectory, createdAt: tombstone.removedAt)
         }

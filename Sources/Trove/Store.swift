@@ -3,6 +3,10 @@ import TroveCore
 import TroveIndex
 import TrovePack
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// A content-addressed store of byte blobs under ``CacheKey``s, in one directory.
 ///
 /// Bytes go into append-only pack segments under `<directory>/packs/`, addressed by their
@@ -47,8 +51,9 @@ public final class Store: Sendable {
     let background = BackgroundCommitter()
     private let processLock: Locked<ProcessLock?>
 
-    /// The largest value a store accepts: 1 GiB less the 16 bytes of the blob record's hash.
-    public static let maximumValueLength = Int(PackFormat.maximumBodyLength) - PackFormat.blobPrefixSize
+    /// The largest value a store accepts: 1 GiB less 24 bytes (what a version-1 blob record,
+    /// which a store may still hold, can carry).
+    public static let maximumValueLength = Int(PackFormat.maximumBodyLength) - PackFormat.Version1.blobPrefixSize
 
     /// The default store directory: `$XDG_CACHE_HOME/trove`, else `~/.cache/trove`.
     public static var defaultDirectory: String {
@@ -63,31 +68,72 @@ public final class Store: Sendable {
     /// Opens the store in `directory`, creating it when needed, and recovers from any crash.
     ///
     /// Opening reads the index, never the sealed segments: its cost does not grow with the
-    /// number of entries beyond SQLite's own. It replays the records of the active segment
-    /// that the index had not committed yet, cuts a torn tail, and drops index rows whose
-    /// records are gone; ``recoveryReport`` says what it did.
+    /// number of entries beyond SQLite's own. It puts segment files back under the names their
+    /// headers give, replays the records that the index had not committed yet, and cuts a torn
+    /// tail (a write that never completed) — nothing else. A lost index is rebuilt from the
+    /// packs. Damage it finds is recorded and reported by ``unrepairedDamage()`` until
+    /// `trove fsck --repair`; ``recoveryReport`` says what it did.
     ///
     /// - Parameters:
-    ///   - directory: the store directory; created with its parents if missing.
+    ///   - directory: the store directory; created with its parents if missing (unless
+    ///     ``Configuration/createsMissingStore`` is false).
     ///   - configuration: settings; see ``Configuration``.
     /// - Throws: ``StoreError`` — `.locked` when another process (or another `Store` in this
     ///   one) has the directory open, `.indexCorrupt` when the index is unreadable,
-    ///   `.invalidDirectory` or `.io` when the directory cannot be used.
-    public init(directory: String = Store.defaultDirectory, configuration: Configuration = Configuration()) throws {
+    ///   `.notAStore` when there is no store and none may be created, `.invalidDirectory` or
+    ///   `.io` when the directory cannot be used.
+    public convenience init(directory: String = Store.defaultDirectory, configuration: Configuration = Configuration()) throws {
+        try self.init(directory: directory, configuration: configuration, rebuilding: nil, lock: nil, progress: { _ in })
+    }
+
+    /// Opens the store; with `evidence`, first rebuilds its (new, empty) index from the packs,
+    /// using `evidence` from the index it replaces. `lock` is the directory's lock when the
+    /// caller holds it already.
+    init(
+        directory: String, configuration: Configuration, rebuilding evidence: IndexEvidence?, lock held: ProcessLock?,
+        progress: (WorkProgress) -> Void
+    ) throws(StoreError) {
         self.directory = directory
         self.configuration = configuration
         self.packsDirectory = directory + "/packs"
+        if !configuration.createsMissingStore && SystemCall.fileKind(directory + "/index.sqlite") == nil
+            && SystemCall.fileKind(packsDirectory) == nil
+        {
+            throw StoreError(
+                code: .notAStore,
+                message: "there is no Trove store at \(directory) (no index.sqlite and no packs/); check the path")
+        }
         try SystemCall.makeDirectories(directory)
-        let lock = try ProcessLock(path: directory + "/LOCK")
-        let opened = try Self.recover(directory: directory, packsDirectory: packsDirectory, configuration: configuration)
+        let lock: ProcessLock
+        if let held { lock = held } else { lock = try ProcessLock(path: directory + "/LOCK") }
+        let opened = try Self.recover(
+            directory: directory, packsDirectory: packsDirectory, configuration: configuration, rebuilding: evidence,
+            progress: progress)
         self.recoveryReport = opened.report
         self.shared.withLock { $0.segmentFiles[opened.pack.segment.id] = opened.pack.segment }
-        self.appender = Locked(AppendState(pack: opened.pack, nextSequence: opened.nextSequence))
+        self.appender = Locked(
+            AppendState(
+                pack: opened.pack, nextSequence: opened.nextSequence, format: opened.pack.segment.format,
+                faults: configuration.faultInjector))
         self.committer = Locked(CommitState(index: opened.index, committedSequence: opened.nextSequence))
         self.readers = ReaderPool(path: directory + "/index.sqlite", capacity: configuration.readerConnections)
         self.processLock = Locked(lock)
         background.store = self
+        // Older links whose newer write is lost must never be replayed again: tombstones over
+        // them make that part of the packs.
+        if !opened.supersede.isEmpty {
+            try supersede(opened.supersede)
+        }
         background.start(interval: min(configuration.batchInterval, configuration.accessTimeFlushInterval))
+    }
+
+    /// Appends and commits a tombstone over each of `links` (whose key has no entry now).
+    func supersede(_ links: [LinkRecord]) throws(StoreError) {
+        var last: UInt64 = 0
+        for link in links {
+            last = try withAppender { (state) throws(StoreError) -> UInt64 in try appendTombstone(for: link.key, to: state) }
+        }
+        try commitPending(through: last)
     }
 
     deinit {
@@ -145,15 +191,20 @@ public final class Store: Sendable {
     }
 
     /// The segment file `id`, opened read-only on first use.
+    ///
+    /// - Throws: ``StoreError/Code/missingSegment`` when the file is missing or is not a
+    ///   readable segment, `.io` when it cannot be opened.
     func segmentFile(_ id: UInt32) throws(StoreError) -> SegmentFile {
         if let file = shared.withLock({ $0.segmentFiles[id] }) { return file }
         let file: SegmentFile
         do {
-            file = try SegmentFile.open(id: id, in: packsDirectory, writable: false)
-        } catch let error as PackError {
+            file = try SegmentFile.open(id: id, in: packsDirectory, writable: false, faults: configuration.faultInjector)
+        } catch let error as PackError where error.code == .notASegment || error.errno == ENOENT {
             throw StoreError(
-                code: error.code == .notASegment ? .corruptRecord : .io,
-                message: "cannot read segment \(id): \(error.message)", underlying: error)
+                code: .missingSegment,
+                message: "segment \(id) (\(PackDirectory.segmentPath(id, in: packsDirectory))) is "
+                    + "\(error.errno == ENOENT ? "missing" : "unreadable"): restore it, or run `trove fsck --repair` "
+                    + "to drop its entries", underlying: error)
         } catch {
             throw StoreError(pack: error)
         }
@@ -164,6 +215,22 @@ public final class Store: Sendable {
         }
     }
 
+    /// The damage this store knows of and has not repaired: found by reads, compaction passes,
+    /// recovery or rebuilds. Every `trove` command prints it; `trove fsck --repair` deals with it.
+    public func unrepairedDamage() throws -> [StoreDamage] {
+        try withIndex { try $0.damage() }.map { row in
+            StoreDamage(
+                kind: FsckReport.Finding.Kind(rawValue: row.kind) ?? .corruptRecord,
+                segment: row.segment == 0 ? nil : row.segment, offset: row.start, message: row.message)
+        }
+    }
+
+    /// Records damage that every command reports until `trove fsck --repair`.
+    func recordDamage(_ kind: FsckReport.Finding.Kind, segment: UInt32, offset: UInt64, end: UInt64, _ message: String) {
+        let row = DamageRow(
+            segment: segment, start: offset, end: end, kind: kind.rawValue, message: message, foundAt: configuration.clock())
+        _ = try? withIndex { try $0.recordDamage(row) }
+    }
 }
 
 /// Milliseconds since 1970 from the system clock.

@@ -30,6 +30,13 @@ public struct StoreError: Error, Sendable, CustomStringConvertible {
         public static let keyCollision = Code(name: "keyCollision")
         /// The value is larger than a pack record can hold.
         public static let valueTooLarge = Code(name: "valueTooLarge")
+        /// A segment file that the index relies on is missing or unreadable; its entries are
+        /// not served until it is restored or `trove fsck --repair` drops them.
+        public static let missingSegment = Code(name: "missingSegment")
+        /// An argument is out of range (an expiry date past what a store can record, …).
+        public static let invalidArgument = Code(name: "invalidArgument")
+        /// The directory holds no store, and the configuration says not to create one.
+        public static let notAStore = Code(name: "notAStore")
         public var description: String { name }
     }
 
@@ -80,7 +87,7 @@ extension StoreError {
         }
         switch error.code {
         case .recordTooLarge: self.init(code: .valueTooLarge, message: error.message, underlying: error)
-        case .corruptRecord, .truncatedRecord, .notASegment:
+        case .corruptRecord, .truncatedRecord, .notASegment, .damagedPayload, .recordMismatch:
             self.init(code: .corruptRecord, message: error.message, underlying: error)
         default: self.init(code: .io, message: error.message, underlying: error)
         }

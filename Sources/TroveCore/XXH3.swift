@@ -114,3 +114,39 @@ extension XXH3 {
         }
     }
 }
+
+// MARK: - Streaming
+
+extension XXH3 {
+    /// XXH3-64 of bytes that arrive in pieces: a record checked while it is read from disk in
+    /// chunks, so that a large record is never held in memory whole.
+    ///
+    /// ```swift
+    /// var stream = XXH3.Stream64(seed: seed)
+    /// stream.update(firstChunk)
+    /// stream.update(secondChunk)
+    /// let checksum = stream.digest()   // == XXH3.hash64(firstChunk + secondChunk, seed: seed)
+    /// ```
+    public struct Stream64: ~Copyable {
+        private let state: UnsafeMutableRawPointer
+
+        /// Starts a hash with `seed`.
+        public init(seed: UInt64 = 0) {
+            state = UnsafeMutableRawPointer.allocate(
+                byteCount: trove_xxh3_state_size(), alignment: trove_xxh3_state_alignment())
+            trove_xxh3_64_stream_reset(state, seed)
+        }
+
+        deinit { state.deallocate() }
+
+        /// Adds `bytes` to the hashed input.
+        public mutating func update(_ bytes: UnsafeRawBufferPointer) {
+            trove_xxh3_64_stream_update(state, bytes.baseAddress, bytes.count)
+        }
+
+        /// The hash of everything added so far (more may still be added).
+        public func digest() -> UInt64 {
+            trove_xxh3_64_stream_digest(state)
+        }
+    }
+}

@@ -33,35 +33,53 @@ extension IndexDatabase {
         return out
     }
 
-    /// Records that blob `id` now lives at `offset` of `segment`, moving its live bytes.
-    public func moveBlob(_ id: Int64, to segment: UInt32, offset: UInt64) throws(IndexError) {
+    /// Records that blob `id` now lives at `offset` of `segment` in a record of `recordBytes`
+    /// (a copy into the current format may differ in size), moving its live bytes.
+    public func moveBlob(_ id: Int64, to segment: UInt32, offset: UInt64, recordBytes: UInt64) throws(IndexError) {
         guard let blob = try blob(id: id) else { return }
-        try connection.statement("UPDATE blobs SET segment = ?, offset = ? WHERE id = ?")
-            .run([.integer(Int64(segment)), .integer(Int64(offset)), .integer(id)])
+        try connection.statement("UPDATE blobs SET segment = ?, offset = ?, record_bytes = ? WHERE id = ?")
+            .run([.integer(Int64(segment)), .integer(Int64(offset)), .integer(Int64(recordBytes)), .integer(id)])
         if blob.references > 0 {
             try addLiveBytes(-Int64(blob.recordBytes), segment: blob.segment)
-            try addLiveBytes(Int64(blob.recordBytes), segment: segment)
+            try addLiveBytes(Int64(recordBytes), segment: segment)
         }
     }
 
     /// Records that the link record of entry `digest`, copied from `from`, now lives at
-    /// `offset` of `segment`, moving its live bytes — only if the entry still points at `from`
-    /// (a newer write for the key may have been committed since the copy was made).
+    /// `offset` of `segment` in a record of `length` bytes, moving its live bytes — only if the
+    /// entry still points at `from` (a newer write for the key may have been committed since
+    /// the copy was made).
     /// - Returns: whether the entry was moved.
     @discardableResult
     public func moveLink(
-        of digest: ContentHash, from: (segment: UInt32, offset: UInt64), to segment: UInt32, offset: UInt64
+        of digest: ContentHash, from: (segment: UInt32, offset: UInt64), to segment: UInt32, offset: UInt64, length: UInt64
     ) throws(IndexError) -> Bool {
         guard
-            let length = try connection.statement(
+            let old = try connection.statement(
                 "SELECT link_length FROM entries WHERE key_hash = ? AND link_segment = ? AND link_offset = ?"
             ).first([.blob(digest.bytes), .integer(Int64(from.segment)), .integer(Int64(from.offset))], { $0.int64(0) })
         else { return false }
-        try connection.statement("UPDATE entries SET link_segment = ?, link_offset = ? WHERE key_hash = ?")
-            .run([.integer(Int64(segment)), .integer(Int64(offset)), .blob(digest.bytes)])
-        try addLiveBytes(-length, segment: from.segment)
-        try addLiveBytes(length, segment: segment)
+        try connection.statement("UPDATE entries SET link_segment = ?, link_offset = ?, link_length = ? WHERE key_hash = ?")
+            .run([.integer(Int64(segment)), .integer(Int64(offset)), .integer(Int64(length)), .blob(digest.bytes)])
+        try addLiveBytes(-old, segment: from.segment)
+        try addLiveBytes(Int64(length), segment: segment)
         return true
+    }
+
+    /// The offsets of the records in `segment` that index rows name (blobs and link records),
+    /// at or past `offset`, ascending.
+    public func referencedOffsets(inSegment segment: UInt32, from offset: UInt64) throws(IndexError) -> [UInt64] {
+        var out: [UInt64] = []
+        try connection.statement(
+            """
+            SELECT offset FROM blobs WHERE segment = ?1 AND offset >= ?2
+            UNION SELECT link_offset FROM entries WHERE link_segment = ?1 AND link_offset >= ?2 ORDER BY 1
+            """
+        ).query([.integer(Int64(segment)), .integer(Int64(offset))]) { (r) throws(IndexError) in
+            out.append(UInt64(bitPattern: r.int64(0)))
+            return true
+        }
+        return out
     }
 
     /// Deletes the rows of blobs in `segment` that no entry links to; returns how many.

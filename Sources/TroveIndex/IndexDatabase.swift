@@ -84,6 +84,20 @@ public final class IndexDatabase {
     /// Whether a transaction is open.
     public var isInTransaction: Bool { connection.isInTransaction }
 
+    /// Runs `body` in one write transaction: `BEGIN IMMEDIATE`, then `COMMIT` — or `ROLLBACK`
+    /// when `body` or the commit throws, so no write of a failed transaction is left behind.
+    public func writing<T>(_ body: () throws -> T) throws -> T {
+        try begin()
+        do {
+            let value = try body()
+            try commit()
+            return value
+        } catch {
+            if isInTransaction { try? rollback() } else { liveByteDeltas.removeAll() }
+            throw error
+        }
+    }
+
     /// Runs `body` in a read transaction (one consistent snapshot for several queries).
     public func reading<T>(_ body: () throws -> T) throws -> T {
         try connection.statement("BEGIN DEFERRED").run()

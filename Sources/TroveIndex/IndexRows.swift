@@ -131,3 +131,30 @@ public struct IndexTotals: Hashable, Sendable {
     /// Sum of the segments' live bytes.
     public var liveBytes: Int64
 }
+
+/// Damage recorded in the index: found by a read, a compaction pass, recovery or a rebuild,
+/// and reported by every command until `trove fsck --repair` deals with it.
+public struct DamageRow: Hashable, Sendable {
+    /// The segment (0 when the damage is a file that is not a segment).
+    public var segment: UInt32
+    /// Where the damage starts in the segment.
+    public var start: UInt64
+    /// Where it ends.
+    public var end: UInt64
+    /// What kind of damage: a finding kind of fsck.
+    public var kind: String
+    /// What was found, and what to do.
+    public var message: String
+    /// When it was found, milliseconds since 1970.
+    public var foundAt: Int64
+
+    /// Makes a row.
+    public init(segment: UInt32, start: UInt64, end: UInt64, kind: String, message: String, foundAt: Int64) {
+        self.segment = segment
+        self.start = start
+        self.end = end
+        self.kind = kind
+        self.message = message
+        self.foundAt = foundAt
+    }
+}

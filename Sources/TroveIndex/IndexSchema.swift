@@ -52,6 +52,19 @@ enum IndexSchema {
         CREATE INDEX entries_by_url ON entries(url_hash);
         CREATE INDEX entries_by_access ON entries(accessed_at);
         CREATE INDEX entries_by_expiry ON entries(expires_at) WHERE expires_at IS NOT NULL;
+        """,
+        // Version 2: damage found outside fsck (by reads, compaction, recovery, rebuilds) that
+        // every command reports until `trove fsck --repair` has dealt with it.
         """
+        CREATE TABLE damage(
+            segment INTEGER NOT NULL,
+            start INTEGER NOT NULL,
+            end INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            message TEXT NOT NULL,
+            found_at INTEGER NOT NULL,
+            PRIMARY KEY (segment, start, kind)
+        ) WITHOUT ROWID;
+        """,
     ]
 }

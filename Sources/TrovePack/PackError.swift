@@ -8,8 +8,15 @@ public struct PackError: Error, Sendable, CustomStringConvertible {
         let name: String
         /// A system call on a segment file failed.
         public static let io = Code(name: "io")
-        /// A record failed verification: bad header, checksum mismatch or malformed body.
+        /// No intact record is where one was expected: bad header, checksum mismatch or
+        /// malformed body.
         public static let corruptRecord = Code(name: "corruptRecord")
+        /// The record is the one expected — its header, which has a checksum of its own, says
+        /// so — but its body is damaged.
+        public static let damagedPayload = Code(name: "damagedPayload")
+        /// An intact record is where one was expected, but not the one expected: whoever pointed
+        /// here (an index row) is wrong, not the pack.
+        public static let recordMismatch = Code(name: "recordMismatch")
         /// A record runs past the end of its segment file.
         public static let truncatedRecord = Code(name: "truncatedRecord")
         /// A file in packs/ is not a Trove segment of a supported version.

@@ -1,32 +1,65 @@
 // The constants of Trove's pack format. The byte-by-byte specification, with a worked
 // example and the tradeoffs, is Docs/PackFormat.md: change both together.
 
-/// Constants of the pack segment format, version 1.
+/// Constants of the pack segment format.
+///
+/// Version 2 is written; version 1 (segments written before records were bound to their
+/// store and position) is still read. A segment holds records of its header's version only.
 public enum PackFormat {
-    /// Segment file header: magic (8) + version (4) + segment id (4) + created ms (8) + checksum (8).
-    public static let segmentHeaderSize = 32
+    /// The version new segments are written in.
+    public static let currentVersion: UInt8 = 2
+
     /// The first 8 bytes of every segment file: "TROVPACK".
     public static let segmentMagic: [UInt8] = Array("TROVPACK".utf8)
-    /// The version written into segment headers and record headers.
-    public static let version: UInt8 = 1
-
-    /// Record header: magic (4) + type (1) + version (1) + flags (2) + body length (8) + checksum (8).
-    public static let recordHeaderSize = 24
     /// The magic of every record: the bytes "TRVR" (0x52565254 little-endian).
     public static let recordMagic: UInt32 = 0x5256_5254
-    /// Bytes of the header that the checksum's seed covers (everything before the checksum).
-    public static let checksummedHeaderPrefix = 16
+    /// The record magic as bytes, for searching a buffer.
+    public static let recordMagicBytes: [UInt8] = [0x54, 0x52, 0x56, 0x52]
 
-    /// A blob body starts with the 16-byte content hash and the 8-byte blob id; the payload follows.
-    public static let blobPrefixSize = 24
-    /// Fixed part of a link body, before its four length-prefixed strings.
-    public static let linkFixedSize = 64
-    /// Fixed part of a tombstone body, before its two length-prefixed strings.
-    public static let tombstoneFixedSize = 16
+    /// The size of a segment header in the current version.
+    public static let segmentHeaderSize = Version2.segmentHeaderSize
+    /// The size of a record header in the current version.
+    public static let recordHeaderSize = Version2.recordHeaderSize
 
     /// The largest record body the format accepts (1 GiB): a bound that a corrupt length field
     /// cannot push a reader past.
     public static let maximumBodyLength: UInt64 = 1 << 30
+
+    /// Version 2: records bound to their store (a secret in every segment header) and to their
+    /// position (segment id and offset in the header checksum's seed), with the record's
+    /// identity in a header that has its own checksum.
+    public enum Version2 {
+        /// magic (8) + version (4) + segment id (4) + created (8) + store secret (16) + checksum (8).
+        public static let segmentHeaderSize = 48
+        /// magic (4) + type (1) + version (1) + flags (2) + body length (4) + sequence (8)
+        /// + identity (16) + body checksum (8) + header checksum (8).
+        public static let recordHeaderSize = 52
+        /// Bytes of the record header that its checksum covers (all before the checksum).
+        public static let checksummedHeaderPrefix = 44
+        /// Offset of the body checksum in the record header.
+        public static let bodyChecksumOffset = 36
+        /// Fixed part of a link body, before its four length-prefixed strings.
+        public static let linkFixedSize = 60
+        /// Fixed part of a tombstone body, before its two length-prefixed strings.
+        public static let tombstoneFixedSize = 16
+    }
+
+    /// Version 1: records checksummed but not bound to their store or position (Docs/PackFormat.md
+    /// says what that exposes).
+    public enum Version1 {
+        /// magic (8) + version (4) + segment id (4) + created (8) + checksum (8).
+        public static let segmentHeaderSize = 32
+        /// magic (4) + type (1) + version (1) + flags (2) + body length (8) + checksum (8).
+        public static let recordHeaderSize = 24
+        /// Bytes of the record header that the checksum's seed covers.
+        public static let checksummedHeaderPrefix = 16
+        /// A blob body starts with the 16-byte content hash and the 8-byte blob id.
+        public static let blobPrefixSize = 24
+        /// Fixed part of a link body, before its four length-prefixed strings.
+        public static let linkFixedSize = 64
+        /// Fixed part of a tombstone body, before its two length-prefixed strings.
+        public static let tombstoneFixedSize = 16
+    }
 
     /// The file name of segment `id`: eight decimal digits and `.pack`.
     public static func fileName(forSegment id: UInt32) -> String {

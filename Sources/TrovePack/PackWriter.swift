@@ -1,6 +1,50 @@
 public import TroveCore
 
-/// Appends records to the active segment.
+/// A record read for copying into another segment: its identity and its version-2 body.
+///
+/// Version 2 binds a record's header to its position, so a copy gets a new header; the body
+/// and its checksum go unchanged (a version-1 record is converted: its body re-encoded and
+/// checksummed anew).
+public struct MovableRecord: Sendable {
+    /// The record's identity (type, sequence or blob id, key digest or content hash).
+    public var identity: RecordIdentity
+    /// The body in version 2's encoding.
+    public var body: [UInt8]
+    /// The body's version-2 checksum, and the secret it was made with; nil when it must be
+    /// computed.
+    var checksum: (value: UInt64, secret: PackSecret)?
+}
+
+extension MovableRecord {
+    /// The movable form of a decoded link or tombstone (nil for a blob, whose payload must be
+    /// read: ``SegmentFile/readMovable(at:limit:)``).
+    public init?(_ record: ScannedRecord) {
+        switch record.content {
+        case .blob: return nil
+        case .link(let link): self.init(identity: record.identity, body: RecordCodec.linkBody(link), checksum: nil)
+        case .tombstone(let t): self.init(identity: record.identity, body: RecordCodec.tombstoneBody(t), checksum: nil)
+        }
+    }
+}
+
+extension SegmentFile {
+    /// Reads and verifies the record at `offset` for copying it into another segment.
+    public func readMovable(at offset: UInt64, limit: UInt64) throws -> MovableRecord {
+        let verified = try readRecord(at: offset, limit: limit)
+        if format.version == 2, let identity = verified.header.identity, let secret = format.secret {
+            return MovableRecord(identity: identity, body: verified.body, checksum: (verified.header.bodyChecksum, secret))
+        }
+        let body: [UInt8]
+        switch verified.record.content {
+        case .blob: body = Array(verified.body[PackFormat.Version1.blobPrefixSize...])
+        case .link(let link): body = RecordCodec.linkBody(link, version: 2)
+        case .tombstone: body = verified.body
+        }
+        return MovableRecord(identity: verified.record.identity, body: body, checksum: nil)
+    }
+}
+
+/// Appends records to the active segment, in the current format.
 ///
 /// Not thread-safe: one owner (the store's appender) serializes every call. The end offset only
 /// advances after a write succeeded, so a failed write is overwritten by the next one.
@@ -12,7 +56,7 @@ public final class PackWriter {
     /// The size past which ``needsRotation(forAppending:)`` asks for a new segment.
     public let segmentSizeLimit: UInt64
 
-    /// Makes a writer that appends to `segment` at `end`.
+    /// Makes a writer that appends to `segment` (a segment of the current version) at `end`.
     public init(segment: SegmentFile, end: UInt64, segmentSizeLimit: UInt64) {
         self.segment = segment
         self.end = end
@@ -22,62 +66,77 @@ public final class PackWriter {
     /// Whether appending `bytes` more would pass the size limit of a segment that already holds
     /// records (a record larger than the limit still goes into a segment of its own).
     public func needsRotation(forAppending bytes: UInt64) -> Bool {
-        end > UInt64(PackFormat.segmentHeaderSize) && end + bytes > segmentSizeLimit
+        end > segment.headerSize && end + bytes > segmentSizeLimit
     }
 
     /// Continues in `segment`, a new, empty segment.
     public func rotate(to segment: SegmentFile) {
         self.segment = segment
-        self.end = UInt64(PackFormat.segmentHeaderSize)
+        self.end = segment.headerSize
     }
 
     /// The total length of a blob record holding `payloadLength` bytes.
     public static func blobRecordLength(payloadLength: Int) -> UInt64 {
-        UInt64(PackFormat.recordHeaderSize + PackFormat.blobPrefixSize + payloadLength)
+        UInt64(PackFormat.recordHeaderSize + payloadLength)
+    }
+
+    /// The length of the link record for `link`.
+    public static func linkRecordLength(_ link: LinkRecord) -> UInt64 {
+        UInt64(PackFormat.recordHeaderSize + RecordCodec.linkBody(link).count)
+    }
+
+    /// The length of the tombstone record for `tombstone`.
+    public static func tombstoneRecordLength(_ tombstone: TombstoneRecord) -> UInt64 {
+        UInt64(PackFormat.recordHeaderSize + RecordCodec.tombstoneBody(tombstone).count)
     }
 
     /// Appends a blob record for blob `id` and returns its offset.
     ///
     /// - Throws: ``PackError/Code/recordTooLarge`` for payloads over the format's limit.
     public func appendBlob(hash: ContentHash, id: UInt64, payload: UnsafeRawBufferPointer) throws -> UInt64 {
-        guard UInt64(payload.count + PackFormat.blobPrefixSize) <= PackFormat.maximumBodyLength else {
+        guard UInt64(payload.count) <= PackFormat.maximumBodyLength else {
             throw PackError(
                 code: .recordTooLarge,
                 message: "a blob of \(payload.count) bytes is over the pack format's limit of "
-                    + "\(PackFormat.maximumBodyLength - UInt64(PackFormat.blobPrefixSize)) bytes",
+                    + "\(PackFormat.maximumBodyLength) bytes",
                 path: segment.path)
         }
-        var prefix = hash.bytes
-        withUnsafeBytes(of: id.littleEndian) { prefix.append(contentsOf: $0) }
-        return try prefix.withUnsafeBytes { p in
-            let header = RecordEncoder.header(type: .blob, bodyParts: [p, payload])
-            return try header.withUnsafeBytes { h in try append([h, p, payload]) }
-        }
-    }
-
-    /// Appends `record`, a whole record read from another segment, unchanged (the compactor
-    /// copies live records forward); returns its offset.
-    public func appendCopy(_ record: [UInt8]) throws -> UInt64 {
-        try appendRecord(record)
+        let checksum = XXH3.hash64(payload, seed: segment.format.bodySeed(.blob))
+        let header = RecordCodec.header(
+            identity: RecordIdentity(type: .blob, sequence: id, digest: hash), bodyLength: payload.count,
+            bodyChecksum: checksum, format: segment.format, segment: segment.id, offset: end)
+        return try header.withUnsafeBytes { h throws in try append([h, payload]) }
     }
 
     /// Appends a link record and returns its offset.
-    public func appendLink(_ link: LinkRecord) throws -> UInt64 {
-        try appendRecord(RecordEncoder.record(type: .link, body: RecordEncoder.body(of: link)))
+    ///
+    /// - Parameter digest: the link's key digest, when the caller has it already.
+    public func appendLink(_ link: LinkRecord, digest: ContentHash? = nil) throws -> UInt64 {
+        let identity = RecordIdentity(type: .link, sequence: link.sequence, digest: digest ?? link.key.digest)
+        return try append(identity: identity, body: RecordCodec.linkBody(link), checksum: nil)
     }
 
     /// Appends a tombstone and returns its offset.
     public func appendTombstone(_ tombstone: TombstoneRecord) throws -> UInt64 {
-        try appendRecord(RecordEncoder.record(type: .tombstone, body: RecordEncoder.body(of: tombstone)))
+        let identity = RecordIdentity(type: .tombstone, sequence: tombstone.sequence, digest: tombstone.key.digest)
+        return try append(identity: identity, body: RecordCodec.tombstoneBody(tombstone), checksum: nil)
     }
 
-    /// The length of the link record for `link`, for rotation decisions.
-    public static func linkRecordLength(_ link: LinkRecord) -> UInt64 {
-        UInt64(PackFormat.recordHeaderSize + RecordEncoder.body(of: link).count)
+    /// Appends a copy of a record read from another segment (the compactor moves live records
+    /// forward) with a header for its new place; returns its offset.
+    public func append(_ record: MovableRecord) throws -> UInt64 {
+        let reusable = record.checksum.flatMap { $0.secret == segment.format.secret ? $0.value : nil }
+        return try append(identity: record.identity, body: record.body, checksum: reusable)
     }
 
-    private func appendRecord(_ record: [UInt8]) throws -> UInt64 {
-        try record.withUnsafeBytes { r in try append([r]) }
+    private func append(identity: RecordIdentity, body: [UInt8], checksum: UInt64?) throws -> UInt64 {
+        try body.withUnsafeBytes { b throws in
+            let bodyChecksum = checksum ?? XXH3.hash64(b, seed: segment.format.bodySeed(identity.type))
+            let header = RecordCodec.header(
+                identity: identity, bodyLength: b.count, bodyChecksum: bodyChecksum, format: segment.format,
+                segment: segment.id, offset: end)
+            return try header.withUnsafeBytes { h throws in try append([h, b]) }
+        }
     }
 
     private func append(_ parts: [UnsafeRawBufferPointer]) throws -> UInt64 {

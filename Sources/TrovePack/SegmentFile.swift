@@ -5,6 +5,55 @@ public import TroveCore
     import Glibc
 #endif
 
+/// What a segment file's header says.
+public struct SegmentHeader: Sendable, Hashable {
+    /// The segment id written in the header (normally the number in the file name).
+    public var id: UInt32
+    /// The segment's format: its version and, for version 2, the store secret.
+    public var format: SegmentFormat
+    /// When the segment was created, milliseconds since 1970.
+    public var createdAt: Int64
+
+    /// The header's bytes.
+    var bytes: [UInt8] {
+        var w = ByteWriter(capacity: format.headerSize)
+        w.append(contentsOf: PackFormat.segmentMagic)
+        w.append(UInt32(format.version))
+        w.append(id)
+        w.append(createdAt)
+        if let secret = format.secret { w.append(contentsOf: secret.bytes) }
+        let checksum = w.bytes.withUnsafeBytes { XXH3.hash64($0) }
+        w.append(checksum)
+        return w.bytes
+    }
+
+    /// Parses a header; nil when `raw` does not start with a valid segment header of a known
+    /// version.
+    static func parse(_ raw: [UInt8]) -> SegmentHeader? {
+        guard raw.count >= PackFormat.Version1.segmentHeaderSize, Array(raw[0..<8]) == PackFormat.segmentMagic else {
+            return nil
+        }
+        return raw.withUnsafeBytes { b -> SegmentHeader? in
+            let version = b.loadLE(UInt32.self, at: 8)
+            let id = b.loadLE(UInt32.self, at: 12)
+            let created = Int64(bitPattern: b.loadLE(UInt64.self, at: 16))
+            let header: SegmentHeader
+            switch version {
+            case 1:
+                header = SegmentHeader(id: id, format: .version1, createdAt: created)
+            case 2 where b.count >= PackFormat.Version2.segmentHeaderSize:
+                let secret = PackSecret(first: b.loadLE(UInt64.self, at: 24), second: b.loadLE(UInt64.self, at: 32))
+                header = SegmentHeader(id: id, format: .version2(secret: secret), createdAt: created)
+            default:
+                return nil
+            }
+            // The checksum is the last 8 bytes and covers everything before them.
+            guard Array(raw[0..<header.format.headerSize]) == header.bytes, id > 0 else { return nil }
+            return header
+        }
+    }
+}
+
 /// One pack segment file, open for positional reads (and writes, for the active segment).
 ///
 /// The descriptor is owned by this object and closed when the last reference goes, so a
@@ -18,68 +67,97 @@ public final class SegmentFile: Sendable {
     public let id: UInt32
     /// The file's path.
     public let path: String
+    /// The segment's version and seeds.
+    public let format: SegmentFormat
+    /// When the segment was created, milliseconds since 1970.
+    public let createdAt: Int64
+    let faults: FaultInjector?
     private let descriptor: Int32
 
-    private init(id: UInt32, path: String, descriptor: Int32) {
-        self.id = id
+    private init(header: SegmentHeader, path: String, descriptor: Int32, faults: FaultInjector?) {
+        self.id = header.id
+        self.format = header.format
+        self.createdAt = header.createdAt
         self.path = path
         self.descriptor = descriptor
+        self.faults = faults
     }
 
     deinit { SystemCall.close(descriptor) }
 
+    /// The offset of the first record.
+    public var headerSize: UInt64 { UInt64(format.headerSize) }
+
     /// Creates segment `id` in `directory` with its header; fails if the file exists.
     ///
-    /// - Parameter synchronize: fdatasync the header and the directory entry before returning.
-    public static func create(id: UInt32, in directory: String, createdAt: Int64, synchronize: Bool) throws
-        -> SegmentFile
-    {
+    /// - Parameters:
+    ///   - format: the segment's format; new segments are ``SegmentFormat/version2(secret:)``.
+    ///   - synchronize: fdatasync the header and the directory entry before returning.
+    public static func create(
+        id: UInt32, in directory: String, createdAt: Int64, format: SegmentFormat, synchronize: Bool,
+        faults: FaultInjector? = nil
+    ) throws -> SegmentFile {
         let path = directory + "/" + PackFormat.fileName(forSegment: id)
-        let fd = try SystemCall.open(path, flags: O_RDWR | O_CREAT | O_EXCL)
-        let file = SegmentFile(id: id, path: path, descriptor: fd)
-        let header = headerBytes(id: id, createdAt: createdAt)
-        try header.withUnsafeBytes { raw in try SystemCall.pwrite(fd, [raw], at: 0, path: path) }
+        let header = SegmentHeader(id: id, format: format, createdAt: createdAt)
+        let fd = try SystemCall.open(path, flags: O_RDWR | O_CREAT | O_EXCL, faults: faults)
+        let file = SegmentFile(header: header, path: path, descriptor: fd, faults: faults)
+        try header.bytes.withUnsafeBytes { raw throws in try SystemCall.pwrite(fd, [raw], at: 0, path: path, faults: faults) }
         if synchronize {
-            try SystemCall.fdatasync(fd, path: path)
-            try SystemCall.fsyncDirectory(directory)
+            try SystemCall.fdatasync(fd, path: path, faults: faults)
+            try SystemCall.fsyncDirectory(directory, faults: faults)
         }
         return file
     }
 
-    /// Opens segment `id` in `directory` and checks its header.
+    /// Opens segment `id` in `directory` and checks its header, which must name `id`.
     ///
     /// - Throws: ``PackError/Code/io`` when the file cannot be opened (errno ENOENT when it is
-    ///   missing); ``PackError/Code/notASegment`` when its header is not a valid segment header
-    ///   for `id`.
-    public static func open(id: UInt32, in directory: String, writable: Bool) throws -> SegmentFile {
+    ///   missing); ``PackError/Code/notASegment`` when it is not a regular file or its header is
+    ///   not a valid segment header for `id`.
+    public static func open(id: UInt32, in directory: String, writable: Bool, faults: FaultInjector? = nil) throws
+        -> SegmentFile
+    {
         let path = directory + "/" + PackFormat.fileName(forSegment: id)
-        let fd = try SystemCall.open(path, flags: writable ? O_RDWR : O_RDONLY)
-        let file = SegmentFile(id: id, path: path, descriptor: fd)
-        var raw = [UInt8](repeating: 0, count: PackFormat.segmentHeaderSize)
-        let n = try raw.withUnsafeMutableBytes { b in try SystemCall.pread(fd, into: b, at: 0, path: path) }
-        guard n == raw.count, raw == headerBytes(id: id, createdAt: file.createdAt(raw)) else {
+        let fd = try SystemCall.open(path, flags: writable ? O_RDWR : O_RDONLY, faults: faults)
+        var raw = [UInt8](repeating: 0, count: PackFormat.Version2.segmentHeaderSize)
+        let n: Int
+        do {
+            n = try raw.withUnsafeMutableBytes { b throws in try SystemCall.pread(fd, into: b, at: 0, path: path, faults: faults) }
+        } catch {
+            SystemCall.close(fd)
+            throw error
+        }
+        guard let header = SegmentHeader.parse(Array(raw[0..<n])), header.id == id else {
+            SystemCall.close(fd)
             throw PackError(
                 code: .notASegment,
                 message: "\(path) has no valid Trove segment header for segment \(id); "
                     + "move it out of packs/ or run `trove fsck --repair`",
                 path: path, offset: 0)
         }
-        return file
+        return SegmentFile(header: header, path: path, descriptor: fd, faults: faults)
     }
 
-    private func createdAt(_ header: [UInt8]) -> Int64 {
-        header.withUnsafeBytes { Int64(bitPattern: $0.loadLE(UInt64.self, at: 16)) }
+    /// Opens segment `id` in `directory` whose header is damaged, as a segment of `format`, to
+    /// salvage its records: only records bound to `format`'s secret, this id and their offset
+    /// verify (so only a version-2 format makes sense).
+    public static func openForSalvage(id: UInt32, in directory: String, format: SegmentFormat, faults: FaultInjector? = nil)
+        throws -> SegmentFile
+    {
+        let path = directory + "/" + PackFormat.fileName(forSegment: id)
+        let fd = try SystemCall.open(path, flags: O_RDONLY, faults: faults)
+        return SegmentFile(header: SegmentHeader(id: id, format: format, createdAt: 0), path: path, descriptor: fd, faults: faults)
     }
 
-    static func headerBytes(id: UInt32, createdAt: Int64) -> [UInt8] {
-        var w = ByteWriter(capacity: PackFormat.segmentHeaderSize)
-        w.append(contentsOf: PackFormat.segmentMagic)
-        w.append(UInt32(PackFormat.version))
-        w.append(id)
-        w.append(createdAt)
-        let checksum = w.bytes.withUnsafeBytes { XXH3.hash64($0) }
-        w.append(checksum)
-        return w.bytes
+    /// The header of the segment file at `path`, whatever its name says; nil when it is not a
+    /// regular file with a valid segment header (or cannot be read).
+    public static func header(atPath path: String) -> SegmentHeader? {
+        guard let fd = try? SystemCall.open(path, flags: O_RDONLY) else { return nil }
+        defer { SystemCall.close(fd) }
+        var raw = [UInt8](repeating: 0, count: PackFormat.Version2.segmentHeaderSize)
+        guard let n = try? raw.withUnsafeMutableBytes({ b throws in try SystemCall.pread(fd, into: b, at: 0, path: path) })
+        else { return nil }
+        return SegmentHeader.parse(Array(raw[0..<n]))
     }
 
     /// The file's current size in bytes.
@@ -89,45 +167,47 @@ public final class SegmentFile: Sendable {
 
     /// Writes `parts` in order at `offset`.
     public func write(_ parts: [UnsafeRawBufferPointer], at offset: UInt64) throws {
-        try SystemCall.pwrite(descriptor, parts, at: offset, path: path)
+        try SystemCall.pwrite(descriptor, parts, at: offset, path: path, faults: faults)
     }
 
     /// Makes written data durable (fdatasync).
     public func synchronize() throws {
-        try SystemCall.fdatasync(descriptor, path: path)
+        try SystemCall.fdatasync(descriptor, path: path, faults: faults)
     }
 
     /// Cuts the file to `length` bytes.
     public func truncate(to length: UInt64) throws {
-        try SystemCall.truncate(descriptor, to: length, path: path)
+        try SystemCall.truncate(descriptor, to: length, path: path, faults: faults)
     }
 
     /// Reads up to `buffer.count` bytes at `offset`; fewer only at the end of the file.
     public func read(into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64) throws -> Int {
-        try SystemCall.pread(descriptor, into: buffer, at: offset, path: path)
+        try SystemCall.pread(descriptor, into: buffer, at: offset, path: path, faults: faults)
     }
 
     /// Reads the blob record at `offset` and returns its payload, verified.
     ///
-    /// One `pread` of the whole record; the checksum covers header and body, and the hash and
-    /// id in the body must be `hash` and `id`. The returned `Data` owns the read buffer (no
-    /// second copy).
+    /// One `pread` of the whole record; the checksums cover header and body (version 2: the
+    /// header checksum also proves the record was written at this offset of this segment by
+    /// this store), and the hash and id the record states must be `hash` and `id`. The
+    /// returned `Data` owns the read buffer (no second copy).
     ///
     /// - Throws: ``PackError/Code/corruptRecord`` when the record fails any check,
-    ///   ``PackError/Code/truncatedRecord`` when it runs past the end of the file.
+    ///   ``PackError/Code/truncatedRecord`` when it runs past the end of the file,
+    ///   ``PackError/Code/io`` when the read fails.
     /// - Complexity: one system call and one pass of XXH3-64 over the payload.
     public func readBlob(at offset: UInt64, payloadLength: UInt64, hash: ContentHash, id: UInt64) throws -> Data {
-        let bodyLength = UInt64(PackFormat.blobPrefixSize) + payloadLength
-        guard bodyLength <= PackFormat.maximumBodyLength else {
+        let total64 = format.blobRecordLength(payloadLength: payloadLength)
+        guard total64 - UInt64(format.recordHeaderSize) <= PackFormat.maximumBodyLength else {
             throw corrupt(at: offset, "the index names a blob larger than the format allows")
         }
-        let total = PackFormat.recordHeaderSize + Int(bodyLength)
-        let prefix = PackFormat.recordHeaderSize + PackFormat.blobPrefixSize
+        let total = Int(total64)
+        let prefix = total - Int(payloadLength)
         let base = UnsafeMutableRawPointer.allocate(byteCount: max(total, 1), alignment: 16)
         var handedOver = false
         defer { if !handedOver { base.deallocate() } }
         let buffer = UnsafeMutableRawBufferPointer(start: base, count: total)
-        let n = try SystemCall.pread(descriptor, into: buffer, at: offset, path: path)
+        let n = try SystemCall.pread(descriptor, into: buffer, at: offset, path: path, faults: faults)
         guard n == total else {
             throw PackError(
                 code: .truncatedRecord,
@@ -135,20 +215,29 @@ public final class SegmentFile: Sendable {
                 offset: offset)
         }
         let raw = UnsafeRawBufferPointer(buffer)
-        let header = UnsafeRawBufferPointer(rebasing: raw[0..<PackFormat.recordHeaderSize])
-        let body = UnsafeRawBufferPointer(rebasing: raw[PackFormat.recordHeaderSize...])
-        switch RecordDecoder.header(header) {
-        case .failure(let e): throw corrupt(at: offset, e.defect.rawValue)
-        case .success(let h):
-            guard h.type == .blob, h.bodyLength == bodyLength else {
-                throw corrupt(at: offset, "not the blob record the index names")
+        let header = UnsafeRawBufferPointer(rebasing: raw[0..<format.recordHeaderSize])
+        let body = UnsafeRawBufferPointer(rebasing: raw[format.recordHeaderSize...])
+        if format.version == 1 {
+            // Version 1's checksum covers header and body together: a record whose hash and id
+            // are the ones named but whose checksum fails is that record, damaged.
+            guard case .success(let h) = RecordCodec.headerV1(header) else {
+                throw corrupt(at: offset, "no record header here")
             }
-        }
-        guard RecordDecoder.verify(rawHeader: header, body: body) else {
-            throw corrupt(at: offset, RecordDecoder.Defect.checksumMismatch.rawValue)
-        }
-        guard let identity = RecordDecoder.blobIdentity(body), identity.hash == hash, identity.id == id else {
-            throw corrupt(at: offset, "blob hash or id differs from the index")
+            guard h.type == .blob, h.bodyLength == UInt64(body.count), let stated = RecordCodec.blobPrefixV1(body) else {
+                throw mismatch(at: offset)
+            }
+            guard stated.hash == hash, stated.id == id else { throw mismatch(at: offset) }
+            guard XXH3.hash64(body, seed: RecordCodec.bodySeedV1(header)) == h.bodyChecksum else {
+                throw damaged(at: offset)
+            }
+        } else {
+            guard case .success(let h) = RecordCodec.headerV2(header, format: format, segment: self.id, offset: offset) else {
+                throw corrupt(at: offset, "no record of this store was written here, or its header is damaged")
+            }
+            guard h.type == .blob, h.bodyLength == UInt64(body.count), let stated = h.identity,
+                stated.digest == hash, stated.sequence == id
+            else { throw mismatch(at: offset) }
+            guard XXH3.hash64(body, seed: format.bodySeed(.blob)) == h.bodyChecksum else { throw damaged(at: offset) }
         }
         handedOver = true
         return Data(
@@ -156,58 +245,89 @@ public final class SegmentFile: Sendable {
             deallocator: .custom { pointer, _ in (pointer - prefix).deallocate() })
     }
 
-    /// Reads and verifies the whole record at `offset`: its header and its body bytes.
+    /// A record read whole and verified: what it is, its header and its body bytes.
+    public struct VerifiedRecord: Sendable {
+        /// The decoded record.
+        public var record: ScannedRecord
+        /// Its header.
+        public var header: RecordHeader
+        /// Its body, as stored.
+        public var body: [UInt8]
+    }
+
+    /// Reads and verifies the whole record at `offset` (for a version-1 segment, only trust a
+    /// record at an offset something else vouches for: the index, or a scan from the start).
     ///
     /// - Parameter limit: the end of the valid region (normally the file size).
-    public func readRecord(at offset: UInt64, limit: UInt64) throws -> (RecordDecoder.Header, [UInt8]) {
-        let (header, _, body) = try readVerifiedRecord(at: offset, limit: limit)
-        return (header, body)
-    }
-
-    /// Reads the whole record at `offset`, verified, as its on-disk bytes (header and body),
-    /// for copying it unchanged into another segment.
-    public func readRawRecord(at offset: UInt64, limit: UInt64) throws -> [UInt8] {
-        let (_, rawHeader, body) = try readVerifiedRecord(at: offset, limit: limit)
-        return rawHeader + body
-    }
-
-    private func readVerifiedRecord(at offset: UInt64, limit: UInt64) throws -> (RecordDecoder.Header, [UInt8], [UInt8]) {
-        let headerSize = UInt64(PackFormat.recordHeaderSize)
-        guard offset + headerSize <= limit else {
+    /// - Throws: ``PackError/Code/corruptRecord`` or ``PackError/Code/truncatedRecord`` when no
+    ///   intact record starts at `offset`.
+    public func readRecord(at offset: UInt64, limit: UInt64) throws -> VerifiedRecord {
+        let headerSize = UInt64(format.recordHeaderSize)
+        guard offset >= headerSizeOfSegment, offset + headerSize <= limit else {
             throw PackError(
                 code: .truncatedRecord, message: "record header at \(path):\(offset) is cut short", path: path,
                 offset: offset)
         }
-        var rawHeader = [UInt8](repeating: 0, count: PackFormat.recordHeaderSize)
-        _ = try rawHeader.withUnsafeMutableBytes { b in
-            try SystemCall.pread(descriptor, into: b, at: offset, path: path)
+        var rawHeader = [UInt8](repeating: 0, count: format.recordHeaderSize)
+        _ = try rawHeader.withUnsafeMutableBytes { b throws in
+            try SystemCall.pread(descriptor, into: b, at: offset, path: path, faults: faults)
         }
-        let header: RecordDecoder.Header
-        switch rawHeader.withUnsafeBytes({ RecordDecoder.header($0) }) {
-        case .failure(let e): throw corrupt(at: offset, e.defect.rawValue)
+        let parsed = rawHeader.withUnsafeBytes { h in
+            format.version == 1 ? RecordCodec.headerV1(h) : RecordCodec.headerV2(h, format: format, segment: id, offset: offset)
+        }
+        let header: RecordHeader
+        switch parsed {
+        case .failure(let defect): throw corrupt(at: offset, defect.rawValue)
         case .success(let h): header = h
         }
-        guard offset + headerSize + header.bodyLength <= limit else {
+        guard offset + header.recordLength <= limit else {
             throw PackError(
                 code: .truncatedRecord,
                 message: "record at \(path):\(offset) claims \(header.bodyLength) bytes past the end",
                 path: path, offset: offset)
         }
         var body = [UInt8](repeating: 0, count: Int(header.bodyLength))
-        let n = try body.withUnsafeMutableBytes { b in
-            try SystemCall.pread(descriptor, into: b, at: offset + headerSize, path: path)
+        let n = try body.withUnsafeMutableBytes { b throws in
+            try SystemCall.pread(descriptor, into: b, at: offset + headerSize, path: path, faults: faults)
         }
         guard n == body.count else {
             throw PackError(
                 code: .truncatedRecord, message: "record at \(path):\(offset) is cut short", path: path,
                 offset: offset)
         }
-        let valid = rawHeader.withUnsafeBytes { h in body.withUnsafeBytes { RecordDecoder.verify(rawHeader: h, body: $0) } }
-        guard valid else { throw corrupt(at: offset, RecordDecoder.Defect.checksumMismatch.rawValue) }
-        return (header, rawHeader, body)
+        let content: ScannedRecord.Content? = body.withUnsafeBytes { b in
+            rawHeader.withUnsafeBytes { h in
+                if format.version == 1 {
+                    guard XXH3.hash64(b, seed: RecordCodec.bodySeedV1(h)) == header.bodyChecksum else { return nil }
+                    return RecordCodec.contentV1(type: header.type, body: b)
+                }
+                guard XXH3.hash64(b, seed: format.bodySeed(header.type)) == header.bodyChecksum else { return nil }
+                return RecordCodec.contentV2(header: header, body: b)
+            }
+        }
+        guard let content else { throw corrupt(at: offset, RecordDefect.checksumMismatch.rawValue) }
+        return VerifiedRecord(
+            record: ScannedRecord(offset: offset, length: header.recordLength, content: content), header: header,
+            body: body)
     }
 
-    private func corrupt(at offset: UInt64, _ reason: String) -> PackError {
+    private var headerSizeOfSegment: UInt64 { UInt64(format.headerSize) }
+
+    private func damaged(at offset: UInt64) -> PackError {
+        PackError(
+            code: .damagedPayload,
+            message: "the blob record at \(path):\(offset) is damaged (its payload fails its checksum); "
+                + "it is not served", path: path, offset: offset)
+    }
+
+    private func mismatch(at offset: UInt64) -> PackError {
+        PackError(
+            code: .recordMismatch,
+            message: "the record at \(path):\(offset) is intact but not the one the index names; the index is "
+                + "damaged — run `trove fsck --repair`", path: path, offset: offset)
+    }
+
+    func corrupt(at offset: UInt64, _ reason: String) -> PackError {
         PackError(
             code: .corruptRecord,
             message: "record at \(path):\(offset) is corrupt (\(reason)); it is not served — "
@@ -216,9 +336,9 @@ public final class SegmentFile: Sendable {
     }
 }
 
-/// Creating the packs directory and listing the segments in it.
+/// Creating the packs directory and listing, moving and removing the files in it.
 public enum PackDirectory {
-    /// Creates `path` if it does not exist.
+    /// Creates `path` if it does not exist; refuses a file or a symbolic link in its place.
     public static func create(_ path: String) throws {
         try SystemCall.makeDirectory(path)
     }
@@ -228,20 +348,56 @@ public enum PackDirectory {
         try SystemCall.listDirectory(path).compactMap(PackFormat.segmentID(fromFileName:)).sorted()
     }
 
-    /// Removes segment `id`'s file from `path`.
-    public static func removeSegment(_ id: UInt32, in path: String) throws {
-        try SystemCall.unlink(path + "/" + PackFormat.fileName(forSegment: id))
+    /// Every name in `path`.
+    public static func names(in path: String) throws -> [String] {
+        try SystemCall.listDirectory(path).sorted()
     }
 
-    /// Renames segment `id`'s file to `<name>.damaged`, out of the segment namespace, so that
-    /// nothing reads or overwrites it and a person can inspect it.
-    public static func quarantineSegment(_ id: UInt32, in path: String) throws {
-        let name = path + "/" + PackFormat.fileName(forSegment: id)
-        try SystemCall.rename(name, to: name + ".damaged")
+    /// The path of segment `id`'s file in `path`.
+    public static func segmentPath(_ id: UInt32, in path: String) -> String {
+        path + "/" + PackFormat.fileName(forSegment: id)
+    }
+
+    /// The size of segment `id`'s file, or nil when there is no regular file by that name.
+    public static func segmentSize(_ id: UInt32, in path: String) -> UInt64? {
+        SystemCall.fileSize(segmentPath(id, in: path))
+    }
+
+    /// What is at `name` in `path` without following links: "file", "directory", "link",
+    /// "other", or nil when nothing is.
+    public static func kind(of name: String, in path: String) -> String? {
+        SystemCall.kind(path + "/" + name)
+    }
+
+    /// Removes segment `id`'s file from `path`.
+    public static func removeSegment(_ id: UInt32, in path: String, faults: FaultInjector? = nil) throws {
+        try SystemCall.unlink(segmentPath(id, in: path), faults: faults)
+    }
+
+    /// Renames `name` to `newName` within `path`, never replacing an existing file.
+    public static func rename(_ name: String, to newName: String, in path: String, faults: FaultInjector? = nil) throws {
+        try SystemCall.rename(path + "/" + name, to: path + "/" + newName, replacing: false, faults: faults)
+    }
+
+    /// Renames `name` out of the segment namespace to `<name>.<suffix>` (or, when that exists,
+    /// `<name>.<suffix>-2`, …), so that nothing reads or overwrites it and a person can inspect
+    /// it. Returns the new name.
+    @discardableResult
+    public static func quarantine(_ name: String, suffix: String, in path: String, faults: FaultInjector? = nil) throws
+        -> String
+    {
+        var candidate = name + "." + suffix
+        var n = 2
+        while SystemCall.kind(path + "/" + candidate) != nil {
+            candidate = name + "." + suffix + "-\(n)"
+            n += 1
+        }
+        try SystemCall.rename(path + "/" + name, to: path + "/" + candidate, replacing: false, faults: faults)
+        return candidate
     }
 
     /// Makes the directory's entries (created or removed files) durable.
-    public static func synchronize(_ path: String) throws {
-        try SystemCall.fsyncDirectory(path)
+    public static func synchronize(_ path: String, faults: FaultInjector? = nil) throws {
+        try SystemCall.fsyncDirectory(path, faults: faults)
     }
 }

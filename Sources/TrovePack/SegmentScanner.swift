@@ -1,134 +1,357 @@
-public import TroveCore
+import TroveCore
 
-/// A record found by ``SegmentScanner``, verified.
-public struct ScannedRecord: Sendable {
-    /// What the record holds.
-    public enum Content: Sendable {
-        /// A blob: its hash, id and payload length (the payload is not kept).
-        case blob(hash: ContentHash, id: UInt64, payloadLength: UInt64)
-        /// A link record.
-        case link(LinkRecord)
-        /// A tombstone.
-        case tombstone(TombstoneRecord)
-    }
+#if canImport(Glibc)
+    import Glibc
+#endif
 
-    /// The record's offset in its segment.
-    public var offset: UInt64
-    /// The record's total length, header included.
-    public var length: UInt64
-    /// The decoded content.
-    public var content: Content
-
-    /// Makes a record description (the writer describes what it appended the same way).
-    public init(offset: UInt64, length: UInt64, content: Content) {
-        self.offset = offset
-        self.length = length
-        self.content = content
-    }
+/// A range of a segment that holds no intact record.
+public struct DamagedRange: Sendable, Hashable {
+    /// Where the damage starts.
+    public var start: UInt64
+    /// Where it ends: the next intact record, or the end of the file.
+    public var end: UInt64
+    /// Why the bytes at `start` are not an intact record.
+    public var reason: String
+    /// Who the damaged record was about, when its header verified (version 2) though its body
+    /// did not, or when its body was salvaged.
+    public var identity: RecordIdentity?
+    /// Whether the record's header was damaged but its body intact: the record was salvaged
+    /// and handed to the visitor like any intact record.
+    public var salvaged = false
+    /// Whether the damage is a record (or header) cut short by the end of the file.
+    public var cutShort = false
 }
 
-/// What a scan found: where the valid records end and, if it stopped early, why.
-public struct ScanOutcome: Sendable {
-    /// The offset just past the last valid record.
-    public var validEnd: UInt64
+/// What a scan of a segment found.
+public struct ScanReport: Sendable {
     /// The file's size when the scan started.
     public var fileSize: UInt64
-    /// The first offset that does not hold a valid record, with the reason; nil when every
-    /// byte up to `fileSize` belongs to a valid record.
-    public var defect: (offset: UInt64, reason: String)?
-    /// The number of valid records visited.
-    public var recordCount: Int
+    /// The offset just past the last intact record before the first damage (`fileSize` when
+    /// there is none).
+    public var validEnd: UInt64
+    /// The damaged ranges, in order.
+    public var damage: [DamagedRange] = []
+    /// The number of intact records visited (salvaged ones included).
+    public var recordCount = 0
+    /// Whether the scan stopped at the first damage instead of going past it (version-1
+    /// segments, whose records are not bound to their place, and scans asked not to go on).
+    public var stoppedAtDamage = false
+
+    /// The damage at the end of the file that no intact record follows — garbage, or a record
+    /// cut short by the end of the file (a write that never completed) — but not a whole record
+    /// whose header verified and whose body is damaged (evidence of a write): what may be cut
+    /// from an active segment as a torn tail. Nil for a scan that stopped at damage (then
+    /// nothing says that no intact record follows).
+    public var tornTail: DamagedRange? {
+        guard !stoppedAtDamage, let last = damage.last, last.end == fileSize, !last.salvaged,
+            last.identity == nil || last.cutShort
+        else { return nil }
+        return last
+    }
 }
 
-/// Walks the records of a segment in order, verifying each.
+/// Walks the records of a segment in order, verifying each, reading it sequentially through a
+/// buffer: linear in the segment's size whatever it holds.
+///
+/// Version-2 segments are scanned past damage: after bytes that do not start an intact record,
+/// the scanner looks for the next record magic (a buffered byte search) and accepts an offset
+/// only if a header there verifies — which takes the store secret and that very offset, so no
+/// bytes inside a payload can pass for a record. A record whose header verifies but whose body
+/// does not is skipped whole, its identity reported. A record whose header is damaged but whose
+/// body matches the checksum the header stored (and decodes as a link or tombstone) is salvaged.
+///
+/// Version-1 segments are scanned up to their first damage only: their records carry nothing
+/// that ties them to their place, so a search past damage could take payload bytes for records.
 public enum SegmentScanner {
-    /// Visits every valid record of `file`, skipping damage: after a byte that does not start a
-    /// valid record, it searches forward for the next offset that does (magic, header, checksum
-    /// and body all valid) and goes on from there. For fsck and rebuilds, which must find every
-    /// intact record, not only those before the first damage.
-    ///
-    /// - Returns: the damaged ranges found, as (start, end, reason).
-    public static func scanAll(
-        _ file: SegmentFile, visit: (ScannedRecord) throws -> Void
-    ) throws -> [(start: UInt64, end: UInt64, reason: String)] {
-        var damage: [(start: UInt64, end: UInt64, reason: String)] = []
-        var position = UInt64(PackFormat.segmentHeaderSize)
-        let size = try file.size()
-        while position < size {
-            let outcome = try scan(file, from: position, visit: visit)
-            guard let defect = outcome.defect else { break }
-            // Search forward byte by byte for the next valid record; records are checksummed,
-            // so a false start is rejected.
-            var next = defect.offset + 1
-            var found: UInt64?
-            while next + UInt64(PackFormat.recordHeaderSize) <= size {
-                if try startsValidRecord(file, at: next, limit: size) {
-                    found = next
-                    break
-                }
-                next += 1
-            }
-            damage.append((defect.offset, found ?? size, defect.reason))
-            guard let found else { break }
-            position = found
-        }
-        return damage
-    }
+    /// Bodies up to this size are checked inside the read buffer; larger ones are streamed.
+    static let bufferSize = 1 << 20
 
-    private static func startsValidRecord(_ file: SegmentFile, at offset: UInt64, limit: UInt64) throws -> Bool {
-        var magic = [UInt8](repeating: 0, count: 4)
-        _ = try magic.withUnsafeMutableBytes { try file.read(into: $0, at: offset) }
-        guard magic == [0x54, 0x52, 0x56, 0x52] else { return false }
-        do {
-            _ = try file.readRecord(at: offset, limit: limit)
-            return true
-        } catch let error as PackError where error.code == .corruptRecord || error.code == .truncatedRecord {
-            return false
-        }
-    }
-
-    /// Visits every valid record of `file` from `offset` and stops at the first byte that does
-    /// not start a valid record (a torn tail, corruption, or the end of the file).
+    /// Visits every intact record of `file` from `offset`.
     ///
-    /// - Parameter offset: where to start; at least ``PackFormat/segmentHeaderSize``.
-    /// - Returns: the end of the valid records and the first defect, if any.
+    /// - Parameters:
+    ///   - offset: where to start (a record boundary); at least the segment header's size.
+    ///   - end: scan only up to here (the end of the last record an active segment's writer
+    ///     completed); the file's size when nil.
+    ///   - pastDamage: go on past damage (version 2 only); otherwise stop at the first damage,
+    ///     which then runs to the end of the file in the report.
+    ///   - visit: called with each intact record, in file order.
     public static func scan(
-        _ file: SegmentFile, from offset: UInt64 = UInt64(PackFormat.segmentHeaderSize),
+        _ file: SegmentFile, from offset: UInt64? = nil, upTo end: UInt64? = nil, pastDamage: Bool = true,
         visit: (ScannedRecord) throws -> Void
-    ) throws -> ScanOutcome {
-        let size = try file.size()
-        var position = max(offset, UInt64(PackFormat.segmentHeaderSize))
-        var count = 0
-        while position < size {
-            let header: RecordDecoder.Header
-            let body: [UInt8]
-            do {
-                (header, body) = try file.readRecord(at: position, limit: size)
-            } catch let error as PackError where error.code == .corruptRecord || error.code == .truncatedRecord {
-                return ScanOutcome(validEnd: position, fileSize: size, defect: (position, error.message), recordCount: count)
-            }
-            let content: ScannedRecord.Content?
-            switch header.type {
-            case .blob:
-                content = body.withUnsafeBytes { b in
-                    RecordDecoder.blobIdentity(b).map {
-                        .blob(hash: $0.hash, id: $0.id, payloadLength: UInt64(b.count - PackFormat.blobPrefixSize))
-                    }
-                }
-            case .link: content = body.withUnsafeBytes { RecordDecoder.link($0) }.map { .link($0) }
-            case .tombstone: content = body.withUnsafeBytes { RecordDecoder.tombstone($0) }.map { .tombstone($0) }
-            }
-            guard let content else {
-                return ScanOutcome(
-                    validEnd: position, fileSize: size,
-                    defect: (position, "\(header.type) record at \(file.path):\(position) has a malformed body"),
-                    recordCount: count)
-            }
-            let length = UInt64(PackFormat.recordHeaderSize) + header.bodyLength
-            try visit(ScannedRecord(offset: position, length: length, content: content))
-            count += 1
-            position += length
+    ) throws -> ScanReport {
+        var reader = try BufferedReader(file: file, limit: end)
+        defer { reader.deallocate() }
+        let size = reader.size
+        var position = max(offset ?? file.headerSize, file.headerSize)
+        var report = ScanReport(fileSize: size, validEnd: size)
+        let goesOn = pastDamage && file.format.version == 2
+        func damaged(_ range: DamagedRange) {
+            if report.damage.isEmpty { report.validEnd = range.start }
+            report.damage.append(range)
         }
-        return ScanOutcome(validEnd: position, fileSize: size, defect: nil, recordCount: count)
+        while position < size {
+            switch try readRecord(&reader, file: file, at: position) {
+            case .intact(let record):
+                try visit(record)
+                report.recordCount += 1
+                position += record.length
+            case .damagedBody(let length, let identity, let reason, let cutShort):
+                guard goesOn else {
+                    damaged(DamagedRange(start: position, end: size, reason: reason, identity: identity, cutShort: cutShort))
+                    report.stoppedAtDamage = true
+                    return report
+                }
+                damaged(
+                    DamagedRange(
+                        start: position, end: position + length, reason: reason, identity: identity, cutShort: cutShort))
+                position += length
+            case .noRecord(let reason, let cutShort):
+                guard goesOn else {
+                    damaged(DamagedRange(start: position, end: size, reason: reason, cutShort: cutShort))
+                    report.stoppedAtDamage = true
+                    return report
+                }
+                let next = try nextVerifiedHeader(&reader, file: file, after: position) ?? size
+                var range = DamagedRange(start: position, end: next, reason: reason, cutShort: cutShort && next == size)
+                if let salvaged = try salvage(&reader, file: file, from: position, to: next) {
+                    range.identity = salvaged.identity
+                    range.salvaged = true
+                    range.reason += "; its body is intact and was salvaged"
+                    damaged(range)
+                    try visit(salvaged)
+                    report.recordCount += 1
+                } else {
+                    damaged(range)
+                }
+                position = next
+            }
+        }
+        return report
+    }
+
+    // MARK: One record
+
+    enum Outcome {
+        case intact(ScannedRecord)
+        /// The header verified (the record's place and length are known) but the body did not.
+        case damagedBody(length: UInt64, identity: RecordIdentity?, reason: String, cutShort: Bool = false)
+        /// No record starts here (`cutShort`: a record header or record runs past the end of
+        /// the file).
+        case noRecord(String, cutShort: Bool = false)
+    }
+
+    static func readRecord(_ reader: inout BufferedReader, file: SegmentFile, at position: UInt64) throws -> Outcome {
+        let format = file.format
+        let headerSize = format.recordHeaderSize
+        guard reader.size - position >= UInt64(headerSize) else {
+            return .noRecord("a record header at \(position) is cut short by the end of the file", cutShort: true)
+        }
+        let rawHeader = Array(try reader.bytes(at: position, count: headerSize))
+        let parsed = rawHeader.withUnsafeBytes { h in
+            format.version == 1
+                ? RecordCodec.headerV1(h) : RecordCodec.headerV2(h, format: format, segment: file.id, offset: position)
+        }
+        let header: RecordHeader
+        switch parsed {
+        case .failure(let defect): return .noRecord("no record at \(position): \(defect.rawValue)")
+        case .success(let h): header = h
+        }
+        guard position + header.recordLength <= reader.size else {
+            if format.version == 2 {
+                return .damagedBody(
+                    length: reader.size - position, identity: header.identity,
+                    reason: "the record at \(position) is cut short by the end of the file", cutShort: true)
+            }
+            return .noRecord("the record at \(position) claims \(header.bodyLength) bytes past the end of the file", cutShort: true)
+        }
+        let bodyStart = position + UInt64(headerSize)
+        let seed =
+            format.version == 1
+            ? rawHeader.withUnsafeBytes { RecordCodec.bodySeedV1($0) } : format.bodySeed(header.type)
+        // Blob payloads are only hashed; links and tombstones are decoded too, so they are read
+        // whole (they are small).
+        var body: [UInt8] = []
+        let checksum: UInt64
+        if header.type == .blob && format.version == 2 {
+            checksum = try reader.hash(from: bodyStart, count: header.bodyLength, seed: seed)
+        } else if header.bodyLength <= UInt64(bufferSize) {
+            body = Array(try reader.bytes(at: bodyStart, count: Int(header.bodyLength)))
+            checksum = body.withUnsafeBytes { XXH3.hash64($0, seed: seed) }
+        } else if header.type == .blob {
+            // A version-1 blob: its prefix (hash and id) is needed, the payload only hashed.
+            body = Array(try reader.bytes(at: bodyStart, count: PackFormat.Version1.blobPrefixSize))
+            checksum = try reader.hash(from: bodyStart, count: header.bodyLength, seed: seed)
+        } else {
+            body = try reader.readWhole(at: bodyStart, count: Int(header.bodyLength))
+            checksum = body.withUnsafeBytes { XXH3.hash64($0, seed: seed) }
+        }
+        guard checksum == header.bodyChecksum else {
+            return format.version == 2
+                ? .damagedBody(
+                    length: header.recordLength, identity: header.identity,
+                    reason: "the record at \(position) fails its body checksum")
+                : .noRecord("the record at \(position) fails its checksum")
+        }
+        let content: ScannedRecord.Content?
+        if format.version == 2 {
+            content =
+                header.type == .blob
+                ? header.identity.map { .blob(hash: $0.digest, id: $0.sequence, payloadLength: header.bodyLength) }
+                : body.withUnsafeBytes { RecordCodec.contentV2(header: header, body: $0) }
+        } else if header.type == .blob {
+            content = body.withUnsafeBytes { RecordCodec.blobPrefixV1($0) }.map {
+                .blob(hash: $0.hash, id: $0.id, payloadLength: header.bodyLength - UInt64(PackFormat.Version1.blobPrefixSize))
+            }
+        } else {
+            content = body.withUnsafeBytes { RecordCodec.contentV1(type: header.type, body: $0) }
+        }
+        guard let content else {
+            let reason = "the \(header.type) record at \(position) has a malformed body"
+            return format.version == 2
+                ? .damagedBody(length: header.recordLength, identity: header.identity, reason: reason) : .noRecord(reason)
+        }
+        return .intact(ScannedRecord(offset: position, length: header.recordLength, content: content))
+    }
+
+    // MARK: Past damage (version 2)
+
+    /// The first offset after `position` where a version-2 header verifies, or nil.
+    static func nextVerifiedHeader(_ reader: inout BufferedReader, file: SegmentFile, after position: UInt64) throws
+        -> UInt64?
+    {
+        var candidate = position + 1
+        let headerSize = PackFormat.Version2.recordHeaderSize
+        while candidate + UInt64(headerSize) <= reader.size {
+            guard let found = try reader.find(PackFormat.recordMagicBytes, from: candidate),
+                found + UInt64(headerSize) <= reader.size
+            else { return nil }
+            let header = try reader.bytes(at: found, count: headerSize)
+            var verifies = false
+            if case .success = RecordCodec.headerV2(header, format: file.format, segment: file.id, offset: found) {
+                verifies = true
+            }
+            if verifies { return found }
+            candidate = found + 1
+        }
+        return nil
+    }
+
+    /// Reads `[start, end)` as one record whose header is damaged: when the body checksum the
+    /// header stored matches the bytes after it under the link or tombstone seed, and they
+    /// decode, the record is intact but for its header. Blobs are never salvaged this way: their
+    /// id is only in the header.
+    static func salvage(_ reader: inout BufferedReader, file: SegmentFile, from start: UInt64, to end: UInt64) throws
+        -> ScannedRecord?
+    {
+        let headerSize = UInt64(PackFormat.Version2.recordHeaderSize)
+        guard file.format.version == 2, end >= start + headerSize, end - start - headerSize <= UInt64(bufferSize) else {
+            return nil
+        }
+        let stored = RecordCodec.storedBodyChecksumV2(try reader.bytes(at: start, count: Int(headerSize)))
+        let body = Array(try reader.bytes(at: start + headerSize, count: Int(end - start - headerSize)))
+        for type in [RecordType.link, .tombstone] {
+            let matches = body.withUnsafeBytes { XXH3.hash64($0, seed: file.format.bodySeed(type)) == stored }
+            guard matches else { continue }
+            let content: ScannedRecord.Content? = body.withUnsafeBytes { b in
+                type == .link
+                    ? RecordCodec.link(b, version: 2).map { .link($0) } : RecordCodec.tombstone(b).map { .tombstone($0) }
+            }
+            if let content { return ScannedRecord(offset: start, length: end - start, content: content) }
+        }
+        return nil
+    }
+}
+
+/// Sequential reads of a segment through one buffer, so a scan costs a `pread` per megabyte
+/// rather than one per record or per byte.
+struct BufferedReader {
+    let file: SegmentFile
+    let size: UInt64
+    private let buffer: UnsafeMutableRawBufferPointer
+    private var bufferStart: UInt64 = 0
+    private var bufferCount = 0
+
+    init(file: SegmentFile, limit: UInt64? = nil) throws {
+        self.file = file
+        let size = try file.size()
+        self.size = limit.map { min($0, size) } ?? size
+        buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: SegmentScanner.bufferSize + 64, alignment: 16)
+    }
+
+    func deallocate() { buffer.deallocate() }
+
+    /// The `count` bytes at `offset` (count at most the buffer size; fewer at the end of the
+    /// file), valid until the next call.
+    mutating func bytes(at offset: UInt64, count: Int) throws -> UnsafeRawBufferPointer {
+        let all = try window(at: offset, minimum: count)
+        return UnsafeRawBufferPointer(rebasing: all[0..<min(count, all.count)])
+    }
+
+    /// Every buffered byte from `offset` on, at least `minimum` of them (at most the buffer
+    /// size; fewer only at the end of the file): the buffer is refilled from `offset` only when
+    /// it does not hold that many. Valid until the next call.
+    mutating func window(at offset: UInt64, minimum: Int) throws -> UnsafeRawBufferPointer {
+        precondition(minimum <= buffer.count)
+        let bufferEnd = bufferStart + UInt64(bufferCount)
+        if offset < bufferStart || offset > bufferEnd || (bufferEnd - offset < UInt64(minimum) && bufferEnd < size) {
+            bufferStart = offset
+            let wanted = Int(min(UInt64(buffer.count), size - min(offset, size)))
+            bufferCount = try file.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<wanted]), at: offset)
+        }
+        let start = Int(offset - bufferStart)
+        return UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(buffer)[start..<bufferCount])
+    }
+
+    /// XXH3-64 of `count` bytes from `offset`, streamed through the buffer.
+    mutating func hash(from offset: UInt64, count: UInt64, seed: UInt64) throws -> UInt64 {
+        if count <= UInt64(SegmentScanner.bufferSize) {
+            return XXH3.hash64(try bytes(at: offset, count: Int(count)), seed: seed)
+        }
+        var stream = XXH3.Stream64(seed: seed)
+        var done: UInt64 = 0
+        while done < count {
+            let chunk = try bytes(at: offset + done, count: Int(min(UInt64(SegmentScanner.bufferSize), count - done)))
+            if chunk.isEmpty { break }
+            stream.update(chunk)
+            done += UInt64(chunk.count)
+        }
+        return stream.digest()
+    }
+
+    /// `count` bytes from `offset` in an array of their own (for a body larger than the buffer).
+    mutating func readWhole(at offset: UInt64, count: Int) throws -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: count)
+        let n = try out.withUnsafeMutableBytes { try file.read(into: $0, at: offset) }
+        return Array(out[0..<n])
+    }
+
+    /// The offset of the first occurrence of `pattern` (4 bytes) at or after `offset`, or nil.
+    mutating func find(_ pattern: [UInt8], from offset: UInt64) throws -> UInt64? {
+        var position = offset
+        while position + UInt64(pattern.count) <= size {
+            let window = try window(at: position, minimum: pattern.count)
+            if window.count < pattern.count { return nil }
+            if let hit = window.firstIndex(of4: pattern) { return position + UInt64(hit) }
+            // The pattern may straddle the window's end: go on from its last bytes.
+            position += UInt64(window.count - pattern.count + 1)
+        }
+        return nil
+    }
+}
+
+extension UnsafeRawBufferPointer {
+    /// The index of the first occurrence of the 4-byte `pattern`, found with memchr.
+    func firstIndex(of4 pattern: [UInt8]) -> Int? {
+        guard count >= 4, let base = baseAddress else { return nil }
+        var start = 0
+        while start + 4 <= count {
+            guard let hit = memchr(base + start, Int32(pattern[0]), count - start - 3) else { return nil }
+            let index = base.distance(to: UnsafeRawPointer(hit))
+            if self[index + 1] == pattern[1] && self[index + 2] == pattern[2] && self[index + 3] == pattern[3] {
+                return index
+            }
+            start = index + 1
+        }
+        return nil
     }
 }

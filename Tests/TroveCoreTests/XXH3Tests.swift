@@ -76,4 +76,23 @@ import TroveTestSupport
     @Test func theFastestSupportedBuildIsUsed() {
         #expect(XXH3.build == XXH3.supportedBuilds.last)
     }
+
+    @Test func streamingGivesTheOneShotHashForAnySplit() {
+        let input = Self.referenceInput(count: 300_000)
+        var generator = SeededGenerator(seed: 9)
+        input.withUnsafeBytes { all in
+            for _ in 0..<200 {
+                let length = Int.random(in: 0...all.count, using: &generator)
+                let seed = UInt64.random(in: 0...UInt64.max, using: &generator)
+                var stream = XXH3.Stream64(seed: seed)
+                var position = 0
+                while position < length {
+                    let step = min(length - position, Int.random(in: 0...70_000, using: &generator))
+                    stream.update(UnsafeRawBufferPointer(rebasing: all[position..<position + step]))
+                    position += step
+                }
+                #expect(stream.digest() == XXH3.hash64(UnsafeRawBufferPointer(rebasing: all[0..<length]), seed: seed))
+            }
+        }
+    }
 }

@@ -186,9 +186,9 @@ import TroveTestSupport
             // A newer write for "a" was committed meanwhile: its link is at 300 now.
             try index.link(entry("a", blob: blob, sequence: 2, linkOffset: 300))
             // The compactor copied the old link (at 100) and must not move the entry onto it.
-            #expect(try !index.moveLink(of: CacheKey(url: "a").digest, from: (1, 100), to: 2, offset: 40))
+            #expect(try !index.moveLink(of: CacheKey(url: "a").digest, from: (1, 100), to: 2, offset: 40, length: 120))
             #expect(try index.entry(digest: CacheKey(url: "a").digest)?.entry.linkOffset == 300)
-            #expect(try index.moveLink(of: CacheKey(url: "a").digest, from: (1, 300), to: 2, offset: 40))
+            #expect(try index.moveLink(of: CacheKey(url: "a").digest, from: (1, 300), to: 2, offset: 40, length: 120))
             let moved = try index.entry(digest: CacheKey(url: "a").digest)?.entry
             #expect(moved?.linkSegment == 2)
             #expect(moved?.linkOffset == 40)

@@ -5,12 +5,38 @@ import TroveTestSupport
 
 @testable import TrovePack
 
-@Suite struct SegmentTests {
-    func makeWriter(_ dir: String, id: UInt32 = 1, limit: UInt64 = 1 << 30) throws -> PackWriter {
-        let file = try SegmentFile.create(id: id, in: dir, createdAt: 1, synchronize: false)
-        return PackWriter(segment: file, end: UInt64(PackFormat.segmentHeaderSize), segmentSizeLimit: limit)
-    }
+#if canImport(Glibc)
+    import Glibc
+#endif
 
+let testSecret = PackSecret(first: 0x1111_2222_3333_4444, second: 0x5555_6666_7777_8888)
+
+func makeWriter(_ dir: String, id: UInt32 = 1, limit: UInt64 = 1 << 30, faults: FaultInjector? = nil) throws -> PackWriter {
+    let file = try SegmentFile.create(
+        id: id, in: dir, createdAt: 1, format: .version2(secret: testSecret), synchronize: false, faults: faults)
+    return PackWriter(segment: file, end: file.headerSize, segmentSizeLimit: limit)
+}
+
+/// Writes a version-1 segment the way Trove did before format version 2: returns the offsets of
+/// `records` (type, body) in order.
+func writeVersion1Segment(_ dir: String, id: UInt32, records: [(RecordType, [UInt8])]) throws -> [UInt64] {
+    var bytes = SegmentHeader(id: id, format: .version1, createdAt: 7).bytes
+    var offsets: [UInt64] = []
+    for (type, body) in records {
+        offsets.append(UInt64(bytes.count))
+        bytes += body.withUnsafeBytes { RecordCodec.headerV1(type: type, bodyParts: [$0]) } + body
+    }
+    try Data(bytes).write(to: URL(fileURLWithPath: dir + "/" + PackFormat.fileName(forSegment: id)))
+    return offsets
+}
+
+func version1BlobBody(_ payload: [UInt8], id: UInt64) -> [UInt8] {
+    var prefix = ContentHash(hashing: payload).bytes
+    withUnsafeBytes(of: id.littleEndian) { prefix.append(contentsOf: $0) }
+    return prefix + payload
+}
+
+@Suite struct SegmentTests {
     @Test(arguments: [0, 1, 4096, 3 << 20])
     func blobRoundTrip(size: Int) async throws {
         try await withTemporaryDirectory { dir in
@@ -21,6 +47,7 @@ import TroveTestSupport
             #expect(offset == UInt64(PackFormat.segmentHeaderSize))
             #expect(writer.end == offset + PackWriter.blobRecordLength(payloadLength: size))
             let reopened = try SegmentFile.open(id: 1, in: dir, writable: false)
+            #expect(reopened.format == .version2(secret: testSecret))
             let read = try reopened.readBlob(at: offset, payloadLength: UInt64(size), hash: hash, id: 77)
             #expect(Array(read) == bytes)
         }
@@ -46,6 +73,25 @@ import TroveTestSupport
         }
     }
 
+    @Test func aRecordReadAtAnotherOffsetOrInAnotherSegmentIsRefused() async throws {
+        try await withTemporaryDirectory { dir in
+            let writer = try makeWriter(dir)
+            let bytes = testBytes(seed: 3, count: 500)
+            let hash = ContentHash(hashing: bytes)
+            let offset = try bytes.withUnsafeBytes { try writer.appendBlob(hash: hash, id: 5, payload: $0) }
+            // The same record bytes copied verbatim into segment 2 at the same offset, and into
+            // segment 1 again further on: neither copy verifies.
+            let record = try Data(contentsOf: URL(fileURLWithPath: writer.segment.path))[Int(offset)...]
+            let second = try makeWriter(dir, id: 2)
+            try record.withUnsafeBytes { try second.segment.write([$0], at: offset) }
+            #expect(throws: PackError.self) { try second.segment.readBlob(at: offset, payloadLength: 500, hash: hash, id: 5) }
+            let later = writer.end + 100
+            try record.withUnsafeBytes { try writer.segment.write([$0], at: later) }
+            #expect(throws: PackError.self) { try writer.segment.readBlob(at: later, payloadLength: 500, hash: hash, id: 5) }
+            #expect(try writer.segment.readBlob(at: offset, payloadLength: 500, hash: hash, id: 5).count == 500)
+        }
+    }
+
     @Test func readPastEndIsTruncatedRecord() async throws {
         try await withTemporaryDirectory { dir in
             let writer = try makeWriter(dir)
@@ -60,7 +106,7 @@ import TroveTestSupport
         }
     }
 
-    @Test func wrongHashIsRefused() async throws {
+    @Test func wrongHashOrIDIsRefused() async throws {
         try await withTemporaryDirectory { dir in
             let writer = try makeWriter(dir)
             let hash = ContentHash(hashing: [1, 2, 3])
@@ -68,11 +114,11 @@ import TroveTestSupport
             let wrongHash = #expect(throws: PackError.self) {
                 try writer.segment.readBlob(at: offset, payloadLength: 3, hash: ContentHash(high: 0, low: 1), id: 5)
             }
-            #expect(wrongHash?.code == .corruptRecord)
+            #expect(wrongHash?.code == .recordMismatch)
             let wrongID = #expect(throws: PackError.self) {
                 try writer.segment.readBlob(at: offset, payloadLength: 3, hash: hash, id: 6)
             }
-            #expect(wrongID?.code == .corruptRecord)
+            #expect(wrongID?.code == .recordMismatch)
         }
     }
 
@@ -82,12 +128,33 @@ import TroveTestSupport
             let error = #expect(throws: PackError.self) { try SegmentFile.open(id: 1, in: dir, writable: false) }
             #expect(error?.code == .notASegment)
             // A real segment opened under another id is refused too: the id is in the header.
-            _ = try SegmentFile.create(id: 2, in: dir, createdAt: 5, synchronize: true)
+            _ = try makeWriter(dir, id: 2)
             try FileManager.default.moveItem(atPath: dir + "/00000002.pack", toPath: dir + "/00000003.pack")
             #expect(throws: PackError.self) { try SegmentFile.open(id: 3, in: dir, writable: false) }
+            #expect(SegmentFile.header(atPath: dir + "/00000003.pack")?.id == 2)
             let missing = #expect(throws: PackError.self) { try SegmentFile.open(id: 9, in: dir, writable: false) }
             #expect(missing?.errno == ENOENT)
-            #expect(throws: PackError.self) { try SegmentFile.create(id: 3, in: dir, createdAt: 5, synchronize: false) }
+            #expect(throws: PackError.self) {
+                try SegmentFile.create(id: 3, in: dir, createdAt: 5, format: .version2(secret: testSecret), synchronize: false)
+            }
+        }
+    }
+
+    /// A symbolic link, a directory or a FIFO in a segment's place is refused at once: never
+    /// followed, never blocked on.
+    @Test func openRefusesLinksDirectoriesAndFIFOs() async throws {
+        try await withTemporaryDirectory { dir in
+            _ = try makeWriter(dir, id: 1)
+            try FileManager.default.createSymbolicLink(atPath: dir + "/00000002.pack", withDestinationPath: dir + "/00000001.pack")
+            let link = #expect(throws: PackError.self) { try SegmentFile.open(id: 2, in: dir, writable: true) }
+            #expect(link?.code == .notASegment)
+            try FileManager.default.createDirectory(atPath: dir + "/00000003.pack", withIntermediateDirectories: false)
+            let directory = #expect(throws: PackError.self) { try SegmentFile.open(id: 3, in: dir, writable: true) }
+            #expect(directory?.code == .notASegment)
+            #expect(mkfifo(dir + "/00000004.pack", 0o644) == 0)
+            let fifo = #expect(throws: PackError.self) { try SegmentFile.open(id: 4, in: dir, writable: false) }
+            #expect(fifo?.code == .notASegment)
+            #expect(SegmentFile.header(atPath: dir + "/00000004.pack") == nil)
         }
     }
 
@@ -101,97 +168,74 @@ import TroveTestSupport
             }
             #expect(!writer.needsRotation(forAppending: 400))
             #expect(writer.needsRotation(forAppending: 500))
-            writer.rotate(to: try SegmentFile.create(id: 2, in: dir, createdAt: 1, synchronize: false))
+            writer.rotate(
+                to: try SegmentFile.create(id: 2, in: dir, createdAt: 1, format: .version2(secret: testSecret), synchronize: false))
             #expect(writer.end == UInt64(PackFormat.segmentHeaderSize))
             #expect(writer.segment.id == 2)
             #expect(try PackDirectory.segmentIDs(in: dir) == [1, 2])
         }
     }
-}
 
-@Suite struct ScannerTests {
-    /// Writes a segment with blobs, links and tombstones; returns the file and record offsets.
-    func populate(_ dir: String) throws -> (SegmentFile, [UInt64]) {
-        let file = try SegmentFile.create(id: 1, in: dir, createdAt: 1, synchronize: false)
-        let writer = PackWriter(segment: file, end: UInt64(PackFormat.segmentHeaderSize), segmentSizeLimit: 1 << 30)
-        var offsets: [UInt64] = []
-        for i in 0..<5 {
-            let bytes = testBytes(seed: UInt64(i), count: 100 * i)
-            let hash = ContentHash(hashing: bytes)
-            let blob = try bytes.withUnsafeBytes { try writer.appendBlob(hash: hash, id: 77, payload: $0) }
-            offsets.append(blob)
-            offsets.append(
-                try writer.appendLink(
-                    LinkRecord(
-                        url: "u\(i)", variant: "", blobHash: hash, blobLength: UInt64(bytes.count), blobID: UInt64(i),
-                        sequence: UInt64(i), createdAt: 0)))
-        }
-        offsets.append(try writer.appendTombstone(TombstoneRecord(url: "u0", variant: "", sequence: 9, removedAt: 0)))
-        return (file, offsets)
-    }
-
-    @Test func visitsEveryRecord() async throws {
+    /// Segments of format version 1 (stores written before version 2) are read, scanned and
+    /// copied forward into version 2.
+    @Test func versionOneSegmentsAreStillReadAndCopiedForward() async throws {
         try await withTemporaryDirectory { dir in
-            let (file, offsets) = try populate(dir)
-            var seen: [UInt64] = []
-            var kinds: [String] = []
-            let outcome = try SegmentScanner.scan(file) { record in
-                seen.append(record.offset)
-                switch record.content {
-                case .blob: kinds.append("b")
-                case .link: kinds.append("l")
-                case .tombstone: kinds.append("t")
-                }
-            }
-            #expect(seen == offsets)
-            #expect(kinds.joined() == "blblblblblt")
-            #expect(outcome.defect == nil)
-            #expect(outcome.validEnd == (try file.size()))
-            #expect(outcome.recordCount == 11)
-        }
-    }
-
-    @Test func stopsAtATornTail() async throws {
-        try await withTemporaryDirectory { dir in
-            let (file, offsets) = try populate(dir)
+            let payload = testBytes(seed: 11, count: 2000)
+            let hash = ContentHash(hashing: payload)
+            let link = LinkRecord(
+                url: "https://v1/a", variant: "", blobHash: hash, blobLength: 2000, blobID: 3, sequence: 4, createdAt: 9,
+                etag: "\"e\"")
+            let tombstone = TombstoneRecord(url: "https://v1/b", variant: "w", sequence: 5, removedAt: 10)
+            let offsets = try writeVersion1Segment(
+                dir, id: 1,
+                records: [
+                    (.blob, version1BlobBody(payload, id: 3)), (.link, RecordCodec.linkBody(link, version: 1)),
+                    (.tombstone, RecordCodec.tombstoneBody(tombstone)),
+                ])
+            let file = try SegmentFile.open(id: 1, in: dir, writable: false)
+            #expect(file.format.version == 1)
+            #expect(try Array(file.readBlob(at: offsets[0], payloadLength: 2000, hash: hash, id: 3)) == payload)
+            var seen: [RecordIdentity] = []
+            let report = try SegmentScanner.scan(file) { seen.append($0.identity) }
+            #expect(report.damage.isEmpty)
+            #expect(
+                seen == [
+                    RecordIdentity(type: .blob, sequence: 3, digest: hash),
+                    RecordIdentity(type: .link, sequence: 4, digest: link.key.digest),
+                    RecordIdentity(type: .tombstone, sequence: 5, digest: tombstone.key.digest),
+                ])
+            // Copied forward: each record gets a version-2 header and reads back the same.
+            let writer = try makeWriter(dir, id: 2)
             let size = try file.size()
-            // Cut inside the last record, then inside the one before it.
-            for cut in [size - 1, offsets[offsets.count - 1] + 3, offsets[offsets.count - 2] + 30] {
-                try file.truncate(to: cut)
-                let outcome = try SegmentScanner.scan(file) { _ in }
-                let lastWhole = offsets.last(where: { $0 < cut })!
-                #expect(outcome.validEnd == lastWhole)
-                #expect(outcome.defect?.offset == lastWhole)
+            let copies = try offsets.map { try writer.append(try file.readMovable(at: $0, limit: size)) }
+            #expect(try Array(writer.segment.readBlob(at: copies[0], payloadLength: 2000, hash: hash, id: 3)) == payload)
+            var copied: [ScannedRecord.Content] = []
+            _ = try SegmentScanner.scan(writer.segment) { copied.append($0.content) }
+            guard copied.count == 3, case .link(let l) = copied[1], case .tombstone(let t) = copied[2] else {
+                Issue.record("copies: \(copied)")
+                return
             }
+            #expect(l == link)
+            #expect(t == tombstone)
         }
     }
 
-    @Test func stopsAtGarbage() async throws {
+    @Test func aVersionTwoCopyKeepsItsBodyChecksum() async throws {
         try await withTemporaryDirectory { dir in
-            let (file, offsets) = try populate(dir)
-            let end = try file.size()
-            try [UInt8](repeating: 0, count: 100).withUnsafeBytes { try file.write([$0], at: end) }
-            let zeroes = try SegmentScanner.scan(file) { _ in }
-            #expect(zeroes.validEnd == end)
-            #expect(zeroes.defect?.offset == end)
-            // A flipped byte in the middle stops the scan at that record.
-            let handle = try FileHandle(forUpdating: URL(fileURLWithPath: file.path))
-            try handle.seek(toOffset: offsets[4] + 30)
-            try handle.write(contentsOf: [0xFF])
-            try handle.close()
-            var count = 0
-            let flipped = try SegmentScanner.scan(file) { _ in count += 1 }
-            #expect(flipped.validEnd == offsets[4])
-            #expect(count == 4)
-        }
-    }
-
-    @Test func startsAtAnOffset() async throws {
-        try await withTemporaryDirectory { dir in
-            let (file, offsets) = try populate(dir)
-            var seen: [UInt64] = []
-            _ = try SegmentScanner.scan(file, from: offsets[6]) { seen.append($0.offset) }
-            #expect(seen == Array(offsets[6...]))
+            let writer = try makeWriter(dir)
+            let link = LinkRecord(
+                url: "https://x/a", variant: "", blobHash: ContentHash(high: 1, low: 1), blobLength: 1, blobID: 1,
+                sequence: 8, createdAt: 0)
+            let offset = try writer.appendLink(link)
+            let movable = try writer.segment.readMovable(at: offset, limit: writer.end)
+            #expect(movable.checksum != nil)
+            let copy = try writer.append(movable)
+            let read = try writer.segment.readRecord(at: copy, limit: writer.end)
+            guard case .link(let back) = read.record.content else {
+                Issue.record("not a link")
+                return
+            }
+            #expect(back == link)
         }
     }
 }

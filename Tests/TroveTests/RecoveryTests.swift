@@ -23,9 +23,9 @@ func populate(_ dir: String, count: Int, segmentSize: Int64 = 64 << 20) throws {
             try populate(dir, count: 10)
             let active = files.segment(try files.segmentIDs().last!)
             let goodSize = try files.size(active)
-            // Half a record: a valid-looking header announcing more bytes than follow.
-            let partial = RecordEncoder.record(type: .tombstone, body: Array(repeating: 7, count: 100))
-            try files.append(active, Array(partial.prefix(60)))
+            // Half a record: a write that never completed (header and part of the body).
+            let tombstone = RecordCodec.tombstoneBody(TombstoneRecord(url: String(repeating: "u", count: 80), variant: "", sequence: 1 << 40, removedAt: 0))
+            try files.append(active, Array(("TRVR".utf8 + [3, 2, 0, 0] + tombstone).prefix(60)))
             do {
                 let store = try openStore(dir)
                 #expect(store.recoveryReport.truncatedTails.count == 1)

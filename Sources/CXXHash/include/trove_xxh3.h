@@ -24,6 +24,15 @@ trove_xxh3_128_t trove_xxh3_128(const void *data, size_t length);
 /// XXH3-64 of the concatenation of `count` buffers, seeded, without joining them.
 uint64_t trove_xxh3_64_parts(const void *const *parts, const size_t *lengths, size_t count, uint64_t seed);
 
+/// Streaming XXH3-64, for inputs read in pieces (a record scanned from disk in chunks). The
+/// state is caller-owned memory of trove_xxh3_state_size() bytes aligned to
+/// trove_xxh3_state_alignment(); it holds no pointers and needs no freeing.
+size_t trove_xxh3_state_size(void);
+size_t trove_xxh3_state_alignment(void);
+void trove_xxh3_64_stream_reset(void *state, uint64_t seed);
+void trove_xxh3_64_stream_update(void *state, const void *data, size_t length);
+uint64_t trove_xxh3_64_stream_digest(const void *state);
+
 /// The name of the build the functions above use: "avx2" or "baseline".
 const char *trove_xxh3_implementation(void);
 
@@ -36,5 +45,9 @@ uint64_t trove_xxh3_64_parts_baseline(const void *const *parts, const size_t *le
 uint64_t trove_xxh3_64_avx2(const void *data, size_t length, uint64_t seed);
 trove_xxh3_128_t trove_xxh3_128_avx2(const void *data, size_t length);
 uint64_t trove_xxh3_64_parts_avx2(const void *const *parts, const size_t *lengths, size_t count, uint64_t seed);
+void trove_xxh3_64_stream_update_baseline(void *state, const void *data, size_t length);
+uint64_t trove_xxh3_64_stream_digest_baseline(const void *state);
+void trove_xxh3_64_stream_update_avx2(void *state, const void *data, size_t length);
+uint64_t trove_xxh3_64_stream_digest_avx2(const void *state);
 
 #endif

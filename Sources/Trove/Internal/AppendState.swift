@@ -26,6 +26,9 @@ struct PendingBlobKey: Hashable {
 /// `@unchecked Sendable`: reachable only through `Store.appender.withLock`.
 final class AppendState: @unchecked Sendable {
     let pack: PackWriter
+    /// The format new segments are created in (the store secret's version 2).
+    let format: SegmentFormat
+    let faults: FaultInjector?
     /// The sequence number of the next link or tombstone.
     var nextSequence: UInt64
     /// Appended, not yet committed.
@@ -42,9 +45,11 @@ final class AppendState: @unchecked Sendable {
     /// them (the blob may be reclaimed before the put's link is applied); it appends the bytes.
     var reclaiming: Set<UInt32> = []
 
-    init(pack: PackWriter, nextSequence: UInt64) {
+    init(pack: PackWriter, nextSequence: UInt64, format: SegmentFormat, faults: FaultInjector?) {
         self.pack = pack
         self.nextSequence = nextSequence
+        self.format = format
+        self.faults = faults
     }
 
     /// Seals the active segment and continues in a new one. The new file's header and the
@@ -54,7 +59,7 @@ final class AppendState: @unchecked Sendable {
         let id = old.id + 1
         let file: SegmentFile
         do {
-            file = try SegmentFile.create(id: id, in: packs, createdAt: createdAt, synchronize: false)
+            file = try SegmentFile.create(id: id, in: packs, createdAt: createdAt, format: format, synchronize: false, faults: faults)
         } catch {
             throw StoreError(pack: error)
         }

@@ -2,17 +2,19 @@ import TroveCore
 import TroveIndex
 import TrovePack
 
-/// Applies pack records to the index. The committer applies what the appender wrote; recovery
-/// replays what the index had not committed. Both use this one function, and it is
-/// idempotent: a blob already indexed under its id, or a link or tombstone whose key has an
-/// entry with the same or a newer sequence, changes nothing.
+/// Applies pack records to the index: the committer applies what the appender wrote, one
+/// record at a time; recovery, rebuilds and fsck apply what ``RecordFold`` resolved, one key
+/// at a time. Both are idempotent: applying what the index already reflects changes nothing.
 struct IndexApplier {
     let index: IndexDatabase
+    /// Read times to give rebuilt entries (from the index being replaced), by key digest.
+    var accessTimes: [ContentHash: Int64] = [:]
 
     /// What applying a record did.
     enum Outcome { case applied, alreadyReflected, skipped }
 
-    /// Applies `record`, found at `record.offset` of `segment`.
+    /// Applies `record`, found at `record.offset` of `segment` (the commit path: records in
+    /// the order they were written).
     @discardableResult
     func apply(_ record: ScannedRecord, segment: UInt32) throws -> Outcome {
         switch record.content {
@@ -24,7 +26,7 @@ struct IndexApplier {
                 recordBytes: record.length)
             return .applied
         case .link(let link):
-            let key = CacheKey(url: link.url, variant: link.variant)
+            let key = link.key
             let digest = key.digest
             if let existing = try index.entry(digest: digest) {
                 // Another key with this digest keeps its entry; a newer write already won.
@@ -37,19 +39,71 @@ struct IndexApplier {
                 blob.length == link.blobLength
             else { return .skipped }
             try index.link(
-                EntryRow(
-                    keyDigest: digest, url: link.url, variant: link.variant, blobID: blob.id, linkSegment: segment,
-                    linkOffset: record.offset, linkLength: record.length, sequence: link.sequence, etag: link.etag,
-                    lastModified: link.lastModified, expiresAt: link.expiresAt, createdAt: link.createdAt,
-                    accessedAt: link.createdAt, cost: Int64(link.blobLength)))
+                row(for: link, digest: digest, location: RecordLocation(segment: segment, offset: record.offset, length: record.length),
+                    accessedAt: link.createdAt))
             return .applied
         case .tombstone(let tombstone):
-            let key = CacheKey(url: tombstone.url, variant: tombstone.variant)
+            let key = tombstone.key
             guard let existing = try index.entry(digest: key.digest), existing.entry.key == key,
                 existing.entry.sequence < tombstone.sequence
             else { return .alreadyReflected }
             try index.removeEntry(digest: key.digest)
             return .applied
         }
+    }
+
+    /// What applying a resolution did.
+    enum ResolutionOutcome: Equatable {
+        /// The index changed to match it.
+        case applied
+        /// An entry that was (or would have been) served is gone: its newest write is lost.
+        case dropped(CacheKey)
+        /// The index already matched it.
+        case unchanged
+    }
+
+    /// Makes key `digest`'s row what `resolution` says: the resolved link's row, or none.
+    func apply(_ resolution: KeyResolution, digest: ContentHash) throws -> ResolutionOutcome {
+        let existing = try index.entryRow(digest: digest)
+        switch resolution {
+        case .entry(let link, let location, let blob):
+            let wanted = row(
+                for: link, digest: digest, location: location,
+                accessedAt: existing?.accessedAt ?? accessTimes[digest] ?? link.createdAt)
+            if let existing, existing == wanted, try index.blob(id: Int64(bitPattern: link.blobID)) != nil {
+                return .unchanged
+            }
+            _ = try insertBlob(id: link.blobID, blob)
+            try index.link(wanted)
+            return .applied
+        case .absent, .unreflected:
+            guard existing != nil else { return .unchanged }
+            try index.removeEntry(digest: digest)
+            return .applied
+        case .lost(let older, _):
+            if let existing {
+                try index.removeEntry(digest: digest)
+                return .dropped(existing.key)
+            }
+            return older.map { .dropped($0.key) } ?? .unchanged
+        }
+    }
+
+    /// Adds blob `id` at `copy`'s place unless the index has it. Returns whether it was added.
+    func insertBlob(id: UInt64, _ copy: BlobCopy) throws -> Bool {
+        guard try index.blob(id: Int64(bitPattern: id)) == nil else { return false }
+        try index.insertBlob(
+            id: Int64(bitPattern: id), hash: copy.hash, length: copy.payloadLength, segment: copy.location.segment,
+            offset: copy.location.offset, recordBytes: copy.location.length)
+        return true
+    }
+
+    /// The entry row of `link`, whose record is at `location`.
+    func row(for link: LinkRecord, digest: ContentHash, location: RecordLocation, accessedAt: Int64) -> EntryRow {
+        EntryRow(
+            keyDigest: digest, url: link.url, variant: link.variant, blobID: Int64(bitPattern: link.blobID),
+            linkSegment: location.segment, linkOffset: location.offset, linkLength: location.length,
+            sequence: link.sequence, etag: link.etag, lastModified: link.lastModified, expiresAt: link.expiresAt,
+            createdAt: link.createdAt, accessedAt: accessedAt, cost: Int64(bitPattern: link.blobLength))
     }
 }

@@ -5,29 +5,35 @@ import TroveCore
 import TroveIndex
 import TrovePack
 
-// Opening a store: the index, then the segments it names, then the replay of unsealed
-// segments. Sealed segments are never read here (only their sizes are checked), so open
-// time does not grow with the number of entries.
+// Opening a store: the segment files put under their names, the index, then the replay of the
+// tails the index has not committed — or, when the index is lost, the index rebuilt from every
+// segment. Sealed segments are never read when the index is there (only their sizes are
+// checked), so open time does not grow with the number of entries.
 
 extension Store {
-    /// What opening a store produced: the index's write connection, the active segment, the
-    /// next sequence number and the report.
+    /// What opening a store produced.
     struct Opened {
         var index: IndexDatabase
         var pack: PackWriter
         var nextSequence: UInt64
         var report: RecoveryReport
+        /// Links that a newer write superseded but whose newer record is lost: tombstones over
+        /// them are appended right after opening, so no later replay can serve them.
+        var supersede: [LinkRecord]
     }
 
     static func recover(
-        directory: String, packsDirectory: String, configuration: Configuration
+        directory: String, packsDirectory: String, configuration: Configuration, rebuilding evidence: IndexEvidence?,
+        progress: (WorkProgress) -> Void
     ) throws(StoreError) -> Opened {
         do {
             try PackDirectory.create(packsDirectory)
             let index = try IndexDatabase(path: directory + "/index.sqlite", readOnly: false)
             var recovery = Recovery(index: index, packs: packsDirectory, configuration: configuration)
-            let pack = try recovery.run()
-            return Opened(index: index, pack: pack, nextSequence: recovery.nextSequence, report: recovery.report)
+            let pack = try recovery.run(rebuilding: evidence, progress: progress)
+            return Opened(
+                index: index, pack: pack, nextSequence: recovery.nextSequence, report: recovery.report,
+                supersede: recovery.supersede)
         } catch let error as StoreError {
             throw error
         } catch {
@@ -37,13 +43,16 @@ extension Store {
     }
 }
 
-/// One run of crash recovery over a store's index and packs.
+/// One run of crash recovery (or of an index rebuild) over a store's index and packs.
 struct Recovery {
     let index: IndexDatabase
     let packs: String
     let configuration: Store.Configuration
     var report = RecoveryReport()
     var nextSequence: UInt64 = 0
+    var supersede: [LinkRecord] = []
+    private var damageRows: [DamageRow] = []
+    private var faults: FaultInjector? { configuration.faultInjector }
 
     init(index: IndexDatabase, packs: String, configuration: Store.Configuration) {
         self.index = index
@@ -51,112 +60,242 @@ struct Recovery {
         self.configuration = configuration
     }
 
-    mutating func run() throws -> PackWriter {
-        nextSequence = UInt64(max(0, try index.meta("sequence") ?? 0))
-        let headerSize = UInt64(PackFormat.segmentHeaderSize)
+    mutating func run(rebuilding evidence: IndexEvidence?, progress: (WorkProgress) -> Void) throws -> PackWriter {
+        var placement = try SegmentPlacement.place(packs, faults: faults)
+        let stored = try index.secret().map { PackSecret(first: $0.first, second: $0.second) }
+        let secret = placement.secret(fromIndex: stored) ?? PackSecret.random()
+        try placement.setAsideForeign(secret: secret, in: packs, faults: faults)
+        let now = configuration.clock()
+        for moved in placement.renamed {
+            report.renamedFiles.append(.init(from: moved.from, to: moved.to, reason: "its header names that segment"))
+        }
+        for moved in placement.setAside {
+            report.setAsideFiles.append(.init(from: moved.from, to: moved.to, reason: moved.reason))
+            recordDamage(
+                .setAsideFile, segment: PackFormat.segmentID(fromFileName: moved.from) ?? 0, start: 0, end: 0,
+                "packs/\(moved.from) was set aside as packs/\(moved.to): \(moved.reason); inspect it, then delete it",
+                at: now)
+        }
+        let format = SegmentFormat.version2(secret: secret)
         let rows = try index.segments()
-        let files = Set(try PackDirectory.segmentIDs(in: packs))
-        try index.begin()
-        var unsealed: [(id: UInt32, replayFrom: UInt64, file: SegmentFile)] = []
+        let committed = try index.meta("sequence")
+        let lostIndex = rows.isEmpty && committed == nil && !(placement.headers.isEmpty && placement.unreadable.isEmpty)
+        return try index.writing {
+            if stored != secret { try index.setSecret(first: secret.first, second: secret.second) }
+            let writer: PackWriter
+            if let evidence {
+                writer = try rebuild(placement, evidence: evidence, format: format, progress: progress)
+            } else if lostIndex {
+                writer = try rebuild(placement, evidence: IndexEvidence(), format: format, progress: progress)
+            } else {
+                writer = try replay(rows, committed: UInt64(max(0, committed ?? 0)), placement: placement, format: format)
+            }
+            for row in damageRows { try index.recordDamage(row) }
+            try index.setMeta("sequence", Int64(bitPattern: nextSequence))
+            return writer
+        }
+    }
 
-        // 1. The segments the index names.
+    // MARK: Replay (the index is there)
+
+    private mutating func replay(
+        _ rows: [SegmentRow], committed: UInt64, placement: SegmentPlacement, format: SegmentFormat
+    ) throws -> PackWriter {
+        let now = configuration.clock()
+        nextSequence = committed
+        var tails: [(id: UInt32, file: SegmentFile, from: UInt64)] = []
+        var sealing: [UInt32] = []
+        let named = Set(rows.map(\.id))
+
+        // 1. The segments the index names: only their headers and sizes are read.
         for row in rows {
-            guard files.contains(row.id), let file = try openOrQuarantine(row.id, writable: !row.isSealed) else {
-                try drop(segment: row.id, beyond: 0)
-                try index.deleteSegment(row.id)
+            guard placement.headers[row.id] != nil,
+                let file = try? SegmentFile.open(id: row.id, in: packs, writable: !row.isSealed, faults: faults)
+            else {
                 report.missingSegments.append(row.id)
+                let why = placement.unreadable[row.id].map { "is unreadable (\($0))" } ?? "is missing"
+                recordDamage(
+                    .missingSegment, segment: row.id, start: 0, end: row.indexedBytes,
+                    "packs/\(PackFormat.fileName(forSegment: row.id)) \(why); its entries are not served until it is "
+                        + "restored or `trove fsck --repair` drops them", at: now)
+                if !row.isSealed { sealing.append(row.id) }
                 continue
             }
             let size = try file.size()
             if size < row.indexedBytes {
-                // Bytes the index relies on are gone: drop what pointed at them.
-                try drop(segment: row.id, beyond: size)
-            }
-            if !row.isSealed {
-                // A cut inside a record leaves no clean boundary to resume from: replay the
-                // whole segment then (replay is idempotent).
-                unsealed.append((row.id, size < row.indexedBytes ? headerSize : row.indexedBytes, file))
-            } else if size < row.indexedBytes {
-                try index.setIndexedBytes(size, segment: row.id)
-            }
-        }
-
-        // 2. Segment files the index does not name: created just before a crash.
-        let known = Set(rows.map(\.id))
-        for id in files.sorted() where !known.contains(id) {
-            let path = packs + "/" + PackFormat.fileName(forSegment: id)
-            if let size = fileSize(path), size < headerSize {
-                // Its creation was interrupted before the header was whole: nothing in it.
-                try PackDirectory.removeSegment(id, in: packs)
+                report.missingSegments.append(row.id)
+                recordDamage(
+                    .truncatedSegment, segment: row.id, start: size, end: row.indexedBytes,
+                    "packs/\(PackFormat.fileName(forSegment: row.id)) has \(size) bytes, the index relies on "
+                        + "\(row.indexedBytes); entries past its end are not served until `trove fsck --repair` drops them",
+                    at: now)
+                if !row.isSealed { sealing.append(row.id) }
                 continue
             }
-            guard let file = try openOrQuarantine(id, writable: true) else { continue }
-            try index.insertSegment(id: id, indexedBytes: headerSize)
-            unsealed.append((id, headerSize, file))
+            if !row.isSealed { tails.append((row.id, file, row.indexedBytes)) }
         }
 
-        // 3. Replay unsealed segments past what the index reflects; cut torn tails.
-        unsealed.sort { $0.id < $1.id }
-        let applier = IndexApplier(index: index)
-        for segment in unsealed {
-            let outcome = try SegmentScanner.scan(segment.file, from: segment.replayFrom) { record in
-                switch record.content {
-                case .link(let link): nextSequence = max(nextSequence, link.sequence + 1)
-                case .blob(_, let id, _): nextSequence = max(nextSequence, id + 1)
-                case .tombstone(let tombstone): nextSequence = max(nextSequence, tombstone.sequence + 1)
-                }
-                if try applier.apply(record, segment: segment.id) == .applied { report.replayedRecords += 1 }
-            }
-            if let defect = outcome.defect {
-                try segment.file.truncate(to: outcome.validEnd)
+        // 2. Segment files created after the index's last commit (rotation just before a
+        //    crash): ids above every id the index names. Older unknown files are fsck's.
+        let knownMax = rows.map(\.id).max() ?? 0
+        for id in placement.headers.keys.sorted() where !named.contains(id) && id > knownMax {
+            let file = try SegmentFile.open(id: id, in: packs, writable: true, faults: faults)
+            try index.insertSegment(id: id, indexedBytes: file.headerSize)
+            tails.append((id, file, file.headerSize))
+        }
+        for (id, why) in placement.unreadable.sorted(by: { $0.key < $1.key }) where !named.contains(id) {
+            recordDamage(
+                .missingSegment, segment: id, start: 0, end: 0,
+                "packs/\(PackFormat.fileName(forSegment: id)) is unreadable (\(why)) and the index does not use it; "
+                    + "`trove fsck --repair` salvages what is intact in it", at: now)
+        }
+
+        // 3. Fold the tails past what the index reflects; cut torn tails, never anything else.
+        var fold = RecordFold()
+        tails.sort { $0.id < $1.id }
+        for tail in tails {
+            let scan = try fold.fold(tail.file, from: tail.from, excludingTornTail: true)
+            var end = scan.fileSize
+            if let torn = scan.tornTail {
+                try tail.file.truncate(to: torn.start)
+                end = torn.start
                 report.truncatedTails.append(
-                    .init(
-                        segment: segment.id, validEnd: outcome.validEnd,
-                        bytesRemoved: outcome.fileSize - outcome.validEnd, reason: defect.reason))
+                    .init(segment: tail.id, validEnd: torn.start, bytesRemoved: torn.end - torn.start, reason: torn.reason))
             }
-            try index.setIndexedBytes(outcome.validEnd, segment: segment.id)
+            for range in scan.damage where range != scan.tornTail {
+                recordDamage(range, segment: tail.id, at: now)
+                if !sealing.contains(tail.id) { sealing.append(tail.id) }
+            }
+            try index.setIndexedBytes(end, segment: tail.id)
         }
 
-        // 4. The active segment: the newest unsealed one. Older unsealed ones are sealed.
+        // 4. Resolve every key the tails touch, against the index's rows (trusted here: they
+        //    stand for the records outside the tails).
+        let applier = IndexApplier(index: index)
+        for (id, copy) in fold.blobs.sorted(by: { $0.key < $1.key }) {
+            if try applier.insertBlob(id: id, copy) { report.replayedRecords += 1 }
+        }
+        var evidence = IndexEvidence(committedSequence: committed)
+        for digest in fold.keys(evidence: evidence) {
+            if let indexed = try index.entry(digest: digest) {
+                fold.seed(indexed)
+                evidence.claims[digest] = indexed.entry.sequence
+            }
+            if case .link(let link)? = fold.newest[digest]?.content, fold.blobs[link.blobID] == nil,
+                let blob = try index.blob(id: Int64(bitPattern: link.blobID))
+            {
+                fold.seed(blob)
+            }
+        }
+        for digest in fold.keys(evidence: evidence).sorted() {
+            let resolution = fold.resolve(digest, evidence: evidence)
+            switch try applier.apply(resolution, digest: digest) {
+            case .applied: report.replayedRecords += 1
+            case .dropped(let key): report.droppedEntries.append(key)
+            case .unchanged: break
+            }
+            if case .lost(let older?, _) = resolution { supersede.append(older) }
+        }
+        nextSequence = max(committed, fold.nextSequence)
+
+        // 5. The active segment: the newest unsealed one, if it is whole and of the current
+        //    version. The others are sealed.
+        let candidates = tails.filter { !sealing.contains($0.id) }
+        let newestID = ([knownMax] + Array(placement.headers.keys) + Array(placement.unreadable.keys)).max() ?? 0
+        let active = candidates.last.flatMap { $0.id == newestID && $0.file.format.version == PackFormat.currentVersion ? $0 : nil }
         let synchronize = configuration.durability != .none
-        for segment in unsealed.dropLast() {
-            if synchronize { try segment.file.synchronize() }
-            try index.sealSegment(segment.id)
+        for tail in tails where tail.id != active?.id {
+            if synchronize && !sealing.contains(tail.id) { try tail.file.synchronize() }
+            try index.sealSegment(tail.id)
         }
-        let active: SegmentFile
-        let end: UInt64
-        if let last = unsealed.last {
-            active = last.file
-            end = try last.file.size()
-        } else {
-            let id = (files.union(known).max() ?? 0) + 1
-            active = try SegmentFile.create(id: id, in: packs, createdAt: configuration.clock(), synchronize: synchronize)
-            try index.insertSegment(id: id, indexedBytes: headerSize)
-            end = headerSize
+        for id in sealing where !tails.contains(where: { $0.id == id }) { try index.sealSegment(id) }
+        if let active {
+            return PackWriter(segment: active.file, end: try active.file.size(), segmentSizeLimit: segmentLimit)
         }
-        try index.setMeta("sequence", Int64(bitPattern: nextSequence))
-        try index.commit()
-        return PackWriter(segment: active, end: end, segmentSizeLimit: UInt64(max(configuration.segmentSize, 4096)))
+        return try createActiveSegment(id: newestID + 1, format: format)
     }
 
-    /// Opens a segment; a file whose header is not a valid segment header is renamed to
-    /// `<name>.damaged` (kept for inspection, never deleted) and nil is returned.
-    private mutating func openOrQuarantine(_ id: UInt32, writable: Bool) throws -> SegmentFile? {
-        do {
-            return try SegmentFile.open(id: id, in: packs, writable: writable)
-        } catch let error as PackError where error.code == .notASegment {
-            try PackDirectory.quarantineSegment(id, in: packs)
-            return nil
-        } catch let error as PackError where error.errno == ENOENT {
-            return nil
+    // MARK: Rebuild (the index is lost, or being rebuilt)
+
+    private mutating func rebuild(
+        _ placement: SegmentPlacement, evidence: IndexEvidence, format: SegmentFormat, progress: (WorkProgress) -> Void
+    ) throws -> PackWriter {
+        report.rebuiltIndex = true
+        let now = configuration.clock()
+        let ids = placement.headers.keys.sorted()
+        let total = ids.reduce(Int64(0)) { $0 + Int64(PackDirectory.segmentSize($1, in: packs) ?? 0) }
+        var done: Int64 = 0
+        var fold = RecordFold()
+        var unknownBytes: UInt64 = 0
+        for id in ids {
+            let newest = id == ids.last
+            let file = try SegmentFile.open(id: id, in: packs, writable: newest, faults: faults)
+            let scan = try fold.fold(file, excludingTornTail: newest)
+            var end = scan.fileSize
+            if newest, let torn = scan.tornTail {
+                try file.truncate(to: torn.start)
+                end = torn.start
+                report.truncatedTails.append(
+                    .init(segment: id, validEnd: torn.start, bytesRemoved: torn.end - torn.start, reason: torn.reason))
+            }
+            for range in scan.damage where !(newest && range == scan.tornTail) {
+                recordDamage(range, segment: id, at: now)
+                if range.identity == nil { unknownBytes += range.end - range.start }
+            }
+            try index.insertSegment(id: id, indexedBytes: end)
+            try index.sealSegment(id)
+            done += Int64(scan.fileSize)
+            progress(WorkProgress(phase: "rebuilding the index", bytesDone: done, bytesTotal: total))
         }
+        for (id, why) in placement.unreadable.sorted(by: { $0.key < $1.key }) {
+            unknownBytes += PackDirectory.segmentSize(id, in: packs) ?? 0
+            recordDamage(
+                .missingSegment, segment: id, start: 0, end: 0,
+                "packs/\(PackFormat.fileName(forSegment: id)) is unreadable (\(why)); its records are not in the "
+                    + "rebuilt index until `trove fsck --repair` salvages what is intact in it", at: now)
+        }
+
+        let applier = IndexApplier(index: index, accessTimes: evidence.accessTimes)
+        for (id, copy) in fold.blobs.sorted(by: { $0.key < $1.key }) { _ = try applier.insertBlob(id: id, copy) }
+        for digest in fold.keys(evidence: evidence).sorted() {
+            let resolution = fold.resolve(digest, evidence: evidence)
+            if case .dropped(let key) = try applier.apply(resolution, digest: digest) { report.droppedEntries.append(key) }
+            if let superseded = resolution.supersededLink { supersede.append(superseded) }
+        }
+        try index.recomputeDerivedColumns()
+        // Writes in damage nobody could name, or in unreadable files, may have had any sequence
+        // up to one per record header's worth of bytes past the highest seen: never reuse one.
+        let gap = unknownBytes / UInt64(PackFormat.Version1.recordHeaderSize) + 1
+        nextSequence = max(fold.nextSequence, evidence.committedSequence ?? 0) + (unknownBytes > 0 ? gap : 0)
+        let newestID = (ids + Array(placement.unreadable.keys)).max() ?? 0
+        return try createActiveSegment(id: newestID + 1, format: format)
     }
 
-    private mutating func drop(segment: UInt32, beyond limit: UInt64) throws {
-        report.droppedEntries += try index.dropRecords(segment: segment, beyond: limit).map(\.key)
+    // MARK: Helpers
+
+    private var segmentLimit: UInt64 { UInt64(max(configuration.segmentSize, 4096)) }
+
+    private func createActiveSegment(id: UInt32, format: SegmentFormat) throws -> PackWriter {
+        let file = try SegmentFile.create(
+            id: id, in: packs, createdAt: configuration.clock(), format: format,
+            synchronize: configuration.durability != .none, faults: faults)
+        try index.insertSegment(id: id, indexedBytes: file.headerSize)
+        return PackWriter(segment: file, end: file.headerSize, segmentSizeLimit: segmentLimit)
     }
 
-    private func fileSize(_ path: String) -> UInt64? {
-        SystemCall.fileSize(path).map { UInt64($0) }
+    private mutating func recordDamage(_ range: DamagedRange, segment: UInt32, at now: Int64) {
+        let what = range.identity.map { " (a \($0.type) record, sequence \($0.sequence))" } ?? ""
+        recordDamage(
+            .corruptRecord, segment: segment, start: range.start, end: range.end,
+            "packs/\(PackFormat.fileName(forSegment: segment)) bytes \(range.start)..<\(range.end)\(what): \(range.reason); "
+                + "run `trove fsck --repair`", at: now)
+    }
+
+    private mutating func recordDamage(
+        _ kind: FsckReport.Finding.Kind, segment: UInt32, start: UInt64, end: UInt64, _ message: String, at now: Int64
+    ) {
+        damageRows.append(
+            DamageRow(segment: segment, start: start, end: end, kind: kind.rawValue, message: message, foundAt: now))
+        report.damage.append(StoreDamage(kind: kind, segment: segment, offset: start, message: message))
     }
 }

@@ -25,20 +25,37 @@ enum SystemCall {
         }
     }
 
-    /// The size of the file at `path`, or nil when it does not exist.
+    /// The size of the regular file at `path` (not following a link), or nil when there is none.
     static func fileSize(_ path: String) -> Int64? {
         var st = stat()
-        guard stat(path, &st) == 0 else { return nil }
+        guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { return nil }
         return Int64(st.st_size)
     }
 
+    /// What is at `path`, not following a link: its `S_IFMT` bits, or nil when nothing is.
+    static func fileKind(_ path: String) -> mode_t? {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return nil }
+        return st.st_mode & S_IFMT
+    }
+
+    /// Opens (creating) the lock file without following a symbolic link, and refuses anything
+    /// but a regular file: the pid written into it must never land outside the store.
     static func openLockFile(_ path: String) throws(StoreError) -> Int32 {
+        var fd: Int32 = -1
         while true {
-            let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
-            if fd >= 0 { return fd }
+            fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o644)
+            if fd >= 0 { break }
             if errno == EINTR { continue }
-            throw StoreError(code: .invalidDirectory, message: "cannot open lock file \(path): \(errorText(errno))")
+            let reason = errno == ELOOP ? "it is a symbolic link; remove it" : errorText(errno)
+            throw StoreError(code: .invalidDirectory, message: "cannot open lock file \(path): \(reason)")
         }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
+            close(fd)
+            throw StoreError(code: .invalidDirectory, message: "cannot use lock file \(path): it is not a regular file; remove it")
+        }
+        return fd
     }
 
     /// Takes an exclusive flock without waiting; false when another open file holds it.
@@ -51,15 +68,32 @@ enum SystemCall {
         return true
     }
 
+    /// Up to `limit` bytes from the start of the file.
     static func readAll(_ fd: Int32, limit: Int) -> [UInt8] {
         var buffer = [UInt8](repeating: 0, count: limit)
-        let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, limit, 0) }
-        return n > 0 ? Array(buffer[0..<n]) : []
+        var n = -1
+        while n < 0 {
+            n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, limit, 0) }
+            if n < 0 && errno != EINTR { return [] }
+        }
+        return Array(buffer[0..<n])
     }
 
+    /// Replaces the file's contents with `bytes` (best effort: the pid in the lock file is a
+    /// courtesy to whoever is refused the lock).
     static func replaceContents(_ fd: Int32, with bytes: [UInt8]) {
-        _ = ftruncate(fd, 0)
-        _ = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
+        while ftruncate(fd, 0) != 0 && errno == EINTR {}
+        var done = 0
+        while done < bytes.count {
+            let n = bytes[done...].withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(done)) }
+            if n > 0 {
+                done += n
+            } else if n < 0 && errno == EINTR {
+                continue
+            } else {
+                return
+            }
+        }
     }
 
     static func close(_ fd: Int32) { _ = Glibc.close(fd) }

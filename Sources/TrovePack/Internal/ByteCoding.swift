@@ -25,10 +25,6 @@ struct ByteWriter {
     private mutating func appendLE(_ v: UInt64, width: Int) {
         for i in 0..<width { bytes.append(UInt8(truncatingIfNeeded: v >> (8 * UInt64(i)))) }
     }
-
-    mutating func overwrite(_ v: UInt64, at offset: Int) {
-        for i in 0..<8 { bytes[offset + i] = UInt8(truncatingIfNeeded: v >> (8 * UInt64(i))) }
-    }
 }
 
 /// Reads fields from a buffer; every read is bounds-checked and fails with nil past the end.
@@ -40,13 +36,6 @@ struct ByteReader {
 
     var remaining: Int { buffer.count - position }
 
-    mutating func readUInt8() -> UInt8? {
-        guard remaining >= 1 else { return nil }
-        defer { position += 1 }
-        return buffer[position]
-    }
-
-    mutating func readUInt16() -> UInt16? { readLE(2).map { UInt16(truncatingIfNeeded: $0) } }
     mutating func readUInt32() -> UInt32? { readLE(4).map { UInt32(truncatingIfNeeded: $0) } }
     mutating func readUInt64() -> UInt64? { readLE(8) }
     mutating func readInt64() -> Int64? { readLE(8).map { Int64(bitPattern: $0) } }

@@ -1,0 +1,250 @@
+import TroveCore
+import TroveIndex
+import TrovePack
+
+/// Where a record is.
+struct RecordLocation: Hashable, Comparable, Sendable {
+    var segment: UInt32
+    var offset: UInt64
+    var length: UInt64
+
+    static func < (a: RecordLocation, b: RecordLocation) -> Bool {
+        (a.segment, a.offset) < (b.segment, b.offset)
+    }
+}
+
+/// The newest intact record of a key: a link or a tombstone.
+struct KeyRecord: Sendable {
+    enum Content: Sendable {
+        case link(LinkRecord)
+        case tombstone(TombstoneRecord)
+    }
+
+    var sequence: UInt64
+    var location: RecordLocation
+    var content: Content
+
+    var key: CacheKey {
+        switch content {
+        case .link(let link): link.key
+        case .tombstone(let tombstone): tombstone.key
+        }
+    }
+
+    /// The one rule for "newer", wherever the records are: the higher sequence; at an equal
+    /// sequence (the compactor's copies of one write) a tombstone over a link, then the later
+    /// place. It does not depend on the order records are folded in.
+    func isNewer(than other: KeyRecord) -> Bool {
+        if sequence != other.sequence { return sequence > other.sequence }
+        if case .tombstone = content, case .link = other.content { return true }
+        if case .link = content, case .tombstone = other.content { return false }
+        return location > other.location
+    }
+}
+
+/// An intact copy of a blob record.
+struct BlobCopy: Hashable, Sendable {
+    var hash: ContentHash
+    var payloadLength: UInt64
+    var location: RecordLocation
+}
+
+/// What the index says about keys, as evidence for resolving them: never a source of content
+/// (records are), only of which writes existed.
+struct IndexEvidence: Sendable {
+    /// The sequence of each key's write as the index knows it, by key digest. A row vouched for
+    /// by the intact link record it points at counts under that record's key, whatever the
+    /// row's own key columns say.
+    var claims: [ContentHash: UInt64] = [:]
+    /// Every write with a lower sequence was applied to this index; nil when there is no
+    /// index, or it is damaged (then the absence of a row proves nothing).
+    var committedSequence: UInt64?
+    /// Read times the index kept, by key digest (a rebuild keeps LRU order with them).
+    var accessTimes: [ContentHash: Int64] = [:]
+}
+
+/// What a key should be, by the packs and the evidence.
+enum KeyResolution: Sendable {
+    /// Serve this link and blob.
+    case entry(LinkRecord, link: RecordLocation, blob: BlobCopy)
+    /// No entry: the newest write is a removal, or there is no intact record at all.
+    case absent
+    /// No entry: a newer write than any intact record existed (a damaged record, or the
+    /// index's claim), or the newest link's blob is gone. `older` is the newest intact link,
+    /// which must never be served again (a tombstone over it makes that durable).
+    case lost(older: LinkRecord?, reason: String)
+    /// No entry: the newest intact record is a link older than what the index committed, and
+    /// the index has no entry for it — the key was removed or replaced and that record lost, or
+    /// the index lost the row. Never restored; a tombstone over it makes that durable.
+    case unreflected(LinkRecord, RecordLocation)
+
+    /// The link whose resurrection a tombstone must prevent.
+    var supersededLink: LinkRecord? {
+        switch self {
+        case .lost(let older, _): older
+        case .unreflected(let link, _): link
+        case .entry, .absent: nil
+        }
+    }
+}
+
+/// The one replay of pack records. Opening a store (the tail the index has not committed),
+/// rebuilding the index, and fsck fold records into this and resolve keys with
+/// ``resolve(_:evidence:)``: the same records and evidence give the same result in all three,
+/// whatever order the records came in.
+struct RecordFold: Sendable {
+    /// The newest intact link or tombstone of each key, by key digest.
+    private(set) var newest: [ContentHash: KeyRecord] = [:]
+    /// The highest sequence of a damaged record of each key whose identity survived, by key
+    /// digest: a write that happened but cannot be read.
+    private(set) var damagedWrites: [ContentHash: UInt64] = [:]
+    /// Intact blob records by id; of several copies (a compaction interrupted after copying),
+    /// the one at the later place.
+    private(set) var blobs: [UInt64: BlobCopy] = [:]
+    /// Every intact copy of each blob, by id (usually one).
+    private(set) var blobCopies: [UInt64: Set<RecordLocation>] = [:]
+    /// Ids of blobs with a damaged record and no intact one.
+    var damagedBlobs: Set<UInt64> { damagedBlobIDs.subtracting(blobs.keys) }
+    private var damagedBlobIDs: Set<UInt64> = []
+    /// Every damaged range, by segment.
+    private(set) var damage: [(segment: UInt32, range: DamagedRange)] = []
+    /// Intact records by place, for checking what an index row points at.
+    private(set) var recordsByLocation: [RecordLocation: RecordIdentity] = [:]
+    private var locationsByPlace: [PlaceKey: RecordLocation] = [:]
+    /// One more than the highest sequence or blob id of any record seen, intact or damaged.
+    private(set) var nextSequence: UInt64 = 0
+
+    private struct PlaceKey: Hashable {
+        var segment: UInt32
+        var offset: UInt64
+    }
+
+    /// Damaged ranges whose record could not be named: a write there is unknown.
+    var unattributedDamage: [(segment: UInt32, range: DamagedRange)] {
+        damage.filter { $0.range.identity == nil }
+    }
+
+    /// Adds an intact record found at `record.offset` of `segment`.
+    mutating func add(_ record: ScannedRecord, segment: UInt32) {
+        let location = RecordLocation(segment: segment, offset: record.offset, length: record.length)
+        let identity = record.identity
+        recordsByLocation[location] = identity
+        locationsByPlace[PlaceKey(segment: segment, offset: record.offset)] = location
+        nextSequence = max(nextSequence, identity.sequence &+ 1)
+        switch record.content {
+        case .blob(let hash, let id, let length):
+            let copy = BlobCopy(hash: hash, payloadLength: length, location: location)
+            blobCopies[id, default: []].insert(location)
+            if let known = blobs[id], known.location > location { return }
+            blobs[id] = copy
+        case .link(let link):
+            keep(KeyRecord(sequence: link.sequence, location: location, content: .link(link)), digest: identity.digest)
+        case .tombstone(let tombstone):
+            keep(KeyRecord(sequence: tombstone.sequence, location: location, content: .tombstone(tombstone)), digest: identity.digest)
+        }
+    }
+
+    private mutating func keep(_ record: KeyRecord, digest: ContentHash) {
+        if let known = newest[digest], !record.isNewer(than: known) { return }
+        newest[digest] = record
+    }
+
+    /// Adds what an index row says as if its link record had been read: recovery trusts the
+    /// index for the records outside the tails it replays.
+    mutating func seed(_ indexed: IndexedEntry) {
+        let row = indexed.entry
+        let blobID = UInt64(bitPattern: row.blobID)
+        let link = LinkRecord(
+            url: row.url, variant: row.variant, blobHash: indexed.blob.hash, blobLength: indexed.blob.length,
+            blobID: blobID, sequence: row.sequence, createdAt: row.createdAt, expiresAt: row.expiresAt, etag: row.etag,
+            lastModified: row.lastModified)
+        let location = RecordLocation(segment: row.linkSegment, offset: row.linkOffset, length: row.linkLength)
+        keep(KeyRecord(sequence: row.sequence, location: location, content: .link(link)), digest: row.keyDigest)
+        if blobs[blobID] == nil {
+            blobs[blobID] = BlobCopy(
+                hash: indexed.blob.hash, payloadLength: indexed.blob.length,
+                location: RecordLocation(segment: indexed.blob.segment, offset: indexed.blob.offset, length: indexed.blob.recordBytes))
+        }
+    }
+
+    /// Adds blob `row` as the index has it, unless the fold knows the blob (recovery trusts the
+    /// index for the blobs outside the tails: a put may link to a blob stored long before).
+    mutating func seed(_ row: BlobRow) {
+        let id = UInt64(bitPattern: row.id)
+        guard blobs[id] == nil else { return }
+        blobs[id] = BlobCopy(
+            hash: row.hash, payloadLength: row.length,
+            location: RecordLocation(segment: row.segment, offset: row.offset, length: row.recordBytes))
+    }
+
+    /// Whether an intact link of key `digest` with `sequence` is at `segment`/`offset`: one of the
+    /// copies of the key's newest write (a compaction interrupted after copying leaves two).
+    func isCopy(ofLink digest: ContentHash, sequence: UInt64, atSegment segment: UInt32, offset: UInt64) -> Bool {
+        guard let (_, identity) = record(atSegment: segment, offset: offset) else { return false }
+        return identity.type == .link && identity.digest == digest && identity.sequence == sequence
+    }
+
+    /// Adds a damaged range of `segment`. A salvaged record was also added with ``add(_:segment:)``.
+    mutating func add(_ range: DamagedRange, segment: UInt32) {
+        damage.append((segment, range))
+        guard let identity = range.identity, !range.salvaged else { return }
+        nextSequence = max(nextSequence, identity.sequence &+ 1)
+        switch identity.type {
+        case .blob: damagedBlobIDs.insert(identity.sequence)
+        case .link, .tombstone: damagedWrites[identity.digest] = max(damagedWrites[identity.digest] ?? 0, identity.sequence)
+        }
+    }
+
+    /// Scans `file` from `offset` (past damage, for version 2) and folds what it finds.
+    ///
+    /// - Parameter excludingTornTail: leave out a torn tail (the caller cuts it: a write that
+    ///   never completed is not evidence of anything).
+    @discardableResult
+    mutating func fold(
+        _ file: SegmentFile, from offset: UInt64? = nil, upTo end: UInt64? = nil, excludingTornTail: Bool = false
+    ) throws -> ScanReport {
+        let report = try SegmentScanner.scan(file, from: offset, upTo: end) { add($0, segment: file.id) }
+        let tail = excludingTornTail ? report.tornTail : nil
+        for range in report.damage where range != tail { add(range, segment: file.id) }
+        return report
+    }
+
+    /// The intact record that starts at `offset` of `segment`, if the fold saw one.
+    func record(atSegment segment: UInt32, offset: UInt64) -> (RecordLocation, RecordIdentity)? {
+        guard let location = locationsByPlace[PlaceKey(segment: segment, offset: offset)],
+            let identity = recordsByLocation[location]
+        else { return nil }
+        return (location, identity)
+    }
+
+    /// Every key digest the fold or the evidence knows.
+    func keys(evidence: IndexEvidence) -> Set<ContentHash> {
+        Set(newest.keys).union(damagedWrites.keys).union(evidence.claims.keys)
+    }
+
+    /// What key `digest` should be: its newest intact link with an intact blob, unless a newer
+    /// write is known (a damaged record, or the index's claim) or the index committed past it
+    /// without an entry for it.
+    func resolve(_ digest: ContentHash, evidence: IndexEvidence) -> KeyResolution {
+        let claim = evidence.claims[digest]
+        let damaged = damagedWrites[digest]
+        guard let newest = newest[digest] else {
+            return claim != nil || damaged != nil ? .lost(older: nil, reason: "no intact record of it is left") : .absent
+        }
+        guard case .link(let link) = newest.content else { return .absent }
+        if let damaged, damaged >= newest.sequence {
+            return .lost(older: link, reason: "its newest record (sequence \(damaged)) is damaged")
+        }
+        if let claim, claim > newest.sequence {
+            return .lost(older: link, reason: "the index knows a newer write (sequence \(claim)) whose record is gone")
+        }
+        if claim == nil, let committed = evidence.committedSequence, newest.sequence < committed {
+            return .unreflected(link, newest.location)
+        }
+        guard let blob = blobs[link.blobID], blob.hash == link.blobHash, blob.payloadLength == link.blobLength else {
+            let why = damagedBlobIDs.contains(link.blobID) ? "its blob \(link.blobID) is damaged" : "its blob \(link.blobID) is gone"
+            return .lost(older: link, reason: why)
+        }
+        return .entry(link, link: newest.location, blob: blob)
+    }
+}

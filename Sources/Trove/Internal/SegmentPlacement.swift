@@ -1,0 +1,104 @@
+import TroveCore
+import TrovePack
+
+/// The segment files of a packs directory, put under the names their headers give.
+///
+/// A segment's header names its id, and a version-2 record only verifies in the segment whose
+/// id it was written under, so the header — not the file name — says which segment a file is.
+/// Files renamed by hand (two segments swapped, a restore under the wrong name) are renamed
+/// back; a second file claiming an id that another file holds (a copy) is set aside, never
+/// deleted. Renames go through a temporary `.misplaced` name, so a crash in the middle leaves
+/// files that the next open places again.
+struct SegmentPlacement {
+    /// The header of every segment file, by id, after placing.
+    var headers: [UInt32: SegmentHeader] = [:]
+    /// Names with a segment's name whose header cannot be read (damaged, not a regular file),
+    /// by the id in the name.
+    var unreadable: [UInt32: String] = [:]
+    /// Files renamed to match their headers: (old name, new name).
+    var renamed: [(from: String, to: String)] = []
+    /// Files moved out of the segment namespace: (old name, new name, why).
+    var setAside: [(from: String, to: String, reason: String)] = []
+
+    static let misplacedSuffix = ".misplaced"
+
+    /// Places the files of `packs`.
+    static func place(_ packs: String, faults: FaultInjector?) throws -> SegmentPlacement {
+        var placement = SegmentPlacement()
+        var misplaced: [(name: String, header: SegmentHeader)] = []
+        for name in try PackDirectory.names(in: packs) {
+            let stem = name.hasSuffix(misplacedSuffix) ? String(name.dropLast(misplacedSuffix.count)) : name
+            guard let nameID = PackFormat.segmentID(fromFileName: stem) else { continue }
+            guard PackDirectory.kind(of: name, in: packs) == "file", let header = SegmentFile.header(atPath: packs + "/" + name)
+            else {
+                if stem == name {
+                    placement.unreadable[nameID] = PackDirectory.kind(of: name, in: packs) == "file" ? "no valid header" : "not a regular file"
+                } else {
+                    let to = try PackDirectory.quarantine(name, suffix: "damaged", in: packs, faults: faults)
+                    placement.setAside.append((name, to, "an unreadable file left by an interrupted rename"))
+                }
+                continue
+            }
+            if stem == name && header.id == nameID {
+                placement.headers[nameID] = header
+            } else {
+                misplaced.append((name, header))
+            }
+        }
+        // Step 1: every misplaced file to a temporary name of its own id; step 2: to its name.
+        var pending: [(name: String, header: SegmentHeader)] = []
+        for (name, header) in misplaced {
+            let temporary = PackFormat.fileName(forSegment: header.id) + misplacedSuffix
+            if name == temporary || placement.headers[header.id] != nil
+                || pending.contains(where: { $0.name == temporary })
+            {
+                pending.append((name, header))
+                continue
+            }
+            if PackDirectory.kind(of: temporary, in: packs) != nil {
+                pending.append((name, header))
+                continue
+            }
+            try PackDirectory.rename(name, to: temporary, in: packs, faults: faults)
+            pending.append((temporary, header))
+        }
+        for (name, header) in pending {
+            let target = PackFormat.fileName(forSegment: header.id)
+            if placement.headers[header.id] == nil, PackDirectory.kind(of: target, in: packs) == nil {
+                try PackDirectory.rename(name, to: target, in: packs, faults: faults)
+                placement.headers[header.id] = header
+                placement.unreadable[header.id] = nil
+                placement.renamed.append((name, target))
+            } else {
+                let to = try PackDirectory.quarantine(name, suffix: "duplicate", in: packs, faults: faults)
+                placement.setAside.append((name, to, "its header names segment \(header.id), which another file holds"))
+            }
+        }
+        return placement
+    }
+
+    /// The secret of the store: the one the index keeps, else the one most version-2 segment
+    /// headers carry (the newest segment's on a tie), else nil.
+    func secret(fromIndex stored: PackSecret?) -> PackSecret? {
+        if let stored { return stored }
+        var votes: [PackSecret: (count: Int, newest: UInt32)] = [:]
+        for (id, header) in headers {
+            guard let secret = header.format.secret else { continue }
+            let vote = votes[secret] ?? (0, 0)
+            votes[secret] = (vote.count + 1, max(vote.newest, id))
+        }
+        return votes.max { ($0.value.count, $0.value.newest) < ($1.value.count, $1.value.newest) }?.key
+    }
+
+    /// Sets aside the version-2 segments written under another secret (copied in from another
+    /// store): their records would never verify here.
+    mutating func setAsideForeign(secret: PackSecret, in packs: String, faults: FaultInjector?) throws {
+        for (id, header) in headers.sorted(by: { $0.key < $1.key }) {
+            guard let other = header.format.secret, other != secret else { continue }
+            let name = PackFormat.fileName(forSegment: id)
+            let to = try PackDirectory.quarantine(name, suffix: "foreign", in: packs, faults: faults)
+            setAside.append((name, to, "it belongs to another store (\(other), this store has \(secret))"))
+            headers[id] = nil
+        }
+    }
+}

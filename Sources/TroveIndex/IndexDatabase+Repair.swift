@@ -1,0 +1,111 @@
+public import TroveCore
+
+// What recovery, rebuilds and fsck need beyond the commit path: the store secret, whole-table
+// reads, blob rows set from the packs, and the damage registry.
+
+extension IndexDatabase {
+    // MARK: Store secret
+
+    /// The store secret kept in the meta table (two 64-bit halves), if any.
+    public func secret() throws(IndexError) -> (first: UInt64, second: UInt64)? {
+        guard let first = try meta("secret.first"), let second = try meta("secret.second") else { return nil }
+        return (UInt64(bitPattern: first), UInt64(bitPattern: second))
+    }
+
+    /// Stores the store secret.
+    public func setSecret(first: UInt64, second: UInt64) throws(IndexError) {
+        try setMeta("secret.first", Int64(bitPattern: first))
+        try setMeta("secret.second", Int64(bitPattern: second))
+    }
+
+    // MARK: Whole tables
+
+    /// Every entry row (without its blob), in key-digest order.
+    public func entryRows() throws(IndexError) -> [EntryRow] {
+        var out: [EntryRow] = []
+        try connection.statement("SELECT \(Self.entryColumns) FROM entries e ORDER BY e.key_hash").query { (r) throws(IndexError) in
+            out.append(Self.entryRow(r))
+            return true
+        }
+        return out
+    }
+
+    /// Every blob row, by id.
+    public func blobRows() throws(IndexError) -> [BlobRow] {
+        var out: [BlobRow] = []
+        try connection.statement("SELECT \(Self.blobColumns) FROM blobs b ORDER BY b.id").query { (r) throws(IndexError) in
+            out.append(Self.blobRow(r, from: 0))
+            return true
+        }
+        return out
+    }
+
+    /// The entry row with digest `digest` (whatever its key columns say), without its blob.
+    public func entryRow(digest: ContentHash) throws(IndexError) -> EntryRow? {
+        try connection.statement("SELECT \(Self.entryColumns) FROM entries e WHERE e.key_hash = ?")
+            .first([.blob(digest.bytes)], Self.entryRow)
+    }
+
+    /// Sets blob `id`'s row to what the packs hold (inserting it when missing), keeping its
+    /// reference count. Run inside a transaction; recompute derived columns afterwards.
+    public func setBlob(
+        id: Int64, hash: ContentHash, length: UInt64, segment: UInt32, offset: UInt64, recordBytes: UInt64
+    ) throws(IndexError) {
+        try connection.statement(
+            """
+            INSERT INTO blobs(id, hash, length, segment, offset, record_bytes, refs) VALUES (?, ?, ?, ?, ?, ?, 0)
+            ON CONFLICT(id) DO UPDATE SET hash = excluded.hash, length = excluded.length, segment = excluded.segment,
+                offset = excluded.offset, record_bytes = excluded.record_bytes
+            """
+        ).run([
+            .integer(id), .blob(hash.bytes), .integer(Int64(length)), .integer(Int64(segment)),
+            .integer(Int64(offset)), .integer(Int64(recordBytes)),
+        ])
+    }
+
+    /// Deletes blob `id`'s row (no entry may link to it). Run inside a transaction.
+    public func deleteBlob(_ id: Int64) throws(IndexError) {
+        try connection.statement("DELETE FROM blobs WHERE id = ?").run([.integer(id)])
+    }
+
+    /// Deletes the entry row with digest `digest` without touching its blob's counts (for rows
+    /// whose columns cannot be trusted; recompute derived columns afterwards).
+    public func deleteEntryRow(digest: ContentHash) throws(IndexError) {
+        try connection.statement("DELETE FROM entries WHERE key_hash = ?").run([.blob(digest.bytes)])
+    }
+
+    // MARK: Damage registry
+
+    /// Records damage (once per segment, start and kind; a second report replaces the first).
+    public func recordDamage(_ row: DamageRow) throws(IndexError) {
+        try connection.statement(
+            "INSERT OR REPLACE INTO damage(segment, start, end, kind, message, found_at) VALUES (?, ?, ?, ?, ?, ?)"
+        ).run([
+            .integer(Int64(row.segment)), .integer(Int64(row.start)), .integer(Int64(row.end)), .text(row.kind),
+            .text(row.message), .integer(row.foundAt),
+        ])
+    }
+
+    /// Every recorded damage, by segment and offset.
+    public func damage() throws(IndexError) -> [DamageRow] {
+        var out: [DamageRow] = []
+        try connection.statement("SELECT segment, start, end, kind, message, found_at FROM damage ORDER BY segment, start")
+            .query { (r) throws(IndexError) in
+                out.append(
+                    DamageRow(
+                        segment: UInt32(truncatingIfNeeded: r.int64(0)), start: UInt64(bitPattern: r.int64(1)),
+                        end: UInt64(bitPattern: r.int64(2)), kind: r.text(3), message: r.text(4), foundAt: r.int64(5)))
+                return true
+            }
+        return out
+    }
+
+    /// Forgets recorded damage: all of it, or that of `segment`.
+    public func clearDamage(segment: UInt32? = nil) throws(IndexError) {
+        if let segment {
+            try connection.statement("DELETE FROM damage WHERE segment = ?").run([.integer(Int64(segment))])
+        } else {
+            try connection.statement("DELETE FROM damage").run()
+        }
+    }
+}
