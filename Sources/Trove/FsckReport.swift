@@ -26,6 +26,9 @@ public struct FsckReport: Hashable, Sendable, Codable {
             case wrongReferenceCount
             /// A segment's stored live bytes differ from what its rows add up to.
             case wrongLiveBytes
+            /// The store's sequence counter is behind a sequence found in the packs: new writes
+            /// could reuse a number and be taken for older ones.
+            case wrongSequence
             /// The index names a segment whose file is missing.
             case missingSegment
             /// A segment file the index does not name.

@@ -249,6 +249,10 @@ struct FsckRun {
         for wrong in try index.wrongLiveBytes() {
             find(.wrongLiveBytes, "segment \(wrong.segment): \(wrong.stored) live bytes stored, rows add up to \(wrong.actual)", segment: wrong.segment)
         }
+        let nextSequence = store.appender.withLock { $0.nextSequence }
+        if fold.nextSequence > nextSequence {
+            find(.wrongSequence, "the sequence counter is at \(nextSequence), but the packs hold sequence \(fold.nextSequence - 1)")
+        }
         for damage in try index.damage() where damage.kind == FsckReport.Finding.Kind.setAsideFile.rawValue {
             find(.setAsideFile, damage.message)
         }
@@ -283,6 +287,7 @@ struct FsckRun {
         // needs none: its new record supersedes them).
         let superseded = resolutions.compactMap(\.1.supersededLink)
         try store.withAppender { (state) throws(StoreError) in
+            state.nextSequence = max(state.nextSequence, fold.nextSequence)
             var queued = Set<CacheKey>()
             for write in state.queue {
                 switch write.record.content {

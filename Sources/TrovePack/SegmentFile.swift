@@ -369,6 +369,16 @@ public enum PackDirectory {
         SystemCall.kind(path + "/" + name)
     }
 
+    /// The size of the regular file `name` in `path`, or nil when there is none.
+    public static func size(of name: String, in path: String) -> UInt64? {
+        SystemCall.fileSize(path + "/" + name)
+    }
+
+    /// Removes the file `name` from `path`.
+    public static func remove(_ name: String, in path: String, faults: FaultInjector? = nil) throws {
+        try SystemCall.unlink(path + "/" + name, faults: faults)
+    }
+
     /// Removes segment `id`'s file from `path`.
     public static func removeSegment(_ id: UInt32, in path: String, faults: FaultInjector? = nil) throws {
         try SystemCall.unlink(segmentPath(id, in: path), faults: faults)

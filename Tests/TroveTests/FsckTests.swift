@@ -112,13 +112,37 @@ import TroveTestSupport
         }
     }
 
-    @Test func anOrphanRecord() async throws {
+    /// The index loses key 3's row; its records in a sealed segment are intact. The index
+    /// committed past them and has no entry: from the packs alone, a removal whose tombstone
+    /// was lost looks the same. Repair never brings back what may be a removed value — it
+    /// reports the record, and a tombstone makes the decision durable, so a rebuild agrees.
+    @Test func aRecordOlderThanTheIndexIsNotRestored() async throws {
         try await withTemporaryDirectory { dir in
             try populate(dir)
-            // The index loses key 3's row; its records in a sealed segment are intact.
             do {
                 let index = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: false)
                 try index.connection.execute("DELETE FROM entries WHERE url = '\(key(3).url)'")
+            }
+            let (kinds, lost) = try checkAndRepair(dir)
+            #expect(kinds.contains(.unreflectedRecord))
+            #expect(lost == 1)
+            _ = try Store.rebuildIndex(directory: dir + "/store")
+            let store = try open(dir)
+            #expect(try store.data(for: key(3)) == nil)
+            #expect(try store.data(for: key(4)) == value(4))
+        }
+    }
+
+    /// A write whose index commit was lost (its records are newer than the index) is applied.
+    @Test func aWriteTheIndexNeverCommittedIsApplied() async throws {
+        try await withTemporaryDirectory { dir in
+            try populate(dir)
+            // Pretend the index committed less than it did, and lost key 3's row with it.
+            do {
+                let index = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: false)
+                let three = try #require(try index.entry(digest: key(3).digest)).entry
+                try index.connection.execute("DELETE FROM entries WHERE url = '\(key(3).url)'")
+                try index.setMeta("sequence", Int64(three.sequence))
             }
             let (kinds, lost) = try checkAndRepair(dir)
             #expect(kinds.contains(.orphanRecord))

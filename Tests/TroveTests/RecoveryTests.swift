@@ -106,54 +106,109 @@ func populate(_ dir: String, count: Int, segmentSize: Int64 = 64 << 20) throws {
         }
     }
 
-    @Test func aMissingSealedSegmentDropsOnlyItsEntries() async throws {
+    /// A missing segment loses nothing more than it held, and not even that until the
+    /// operator says so: its entries stay in the index (not served, reported by every open)
+    /// until the file is restored — then they are back — or `fsck --repair` drops them.
+    @Test func aMissingSealedSegmentIsReportedUntilRestoredOrRepaired() async throws {
         try await withTemporaryDirectory { dir in
             let files = StoreFiles(root: dir)
             try populate(dir, count: 30, segmentSize: 16 << 10)
             #expect(try files.segmentIDs().count >= 4)
+            let saved = dir + "/saved.pack"
+            try FileManager.default.moveItem(atPath: files.segment(2), toPath: saved)
+            var inSegment2: [Int] = []
+            do {
+                let store = try openStore(dir, segmentSize: 16 << 10)
+                #expect(store.recoveryReport.missingSegments == [2])
+                #expect(!store.recoveryReport.isClean)
+                #expect(try store.unrepairedDamage().contains { $0.kind == .missingSegment && $0.segment == 2 })
+                for i in 0..<30 {
+                    do {
+                        #expect(try store.data(for: key(i)) == value(i))
+                    } catch let error as StoreError {
+                        #expect(error.code == .missingSegment)
+                        #expect(error.message.contains("fsck --repair"))
+                        inSegment2.append(i)
+                    }
+                }
+                #expect(!inSegment2.isEmpty)
+                let found = try store.fsck()
+                #expect(found.findings.contains { $0.kind == .missingSegment && !$0.repaired })
+                try store.close()
+            }
+            // Restored: everything is back.
+            try FileManager.default.moveItem(atPath: saved, toPath: files.segment(2))
+            do {
+                let store = try openStore(dir, segmentSize: 16 << 10)
+                #expect(store.recoveryReport.missingSegments.isEmpty)
+                for i in 0..<30 { #expect(try store.data(for: key(i)) == value(i)) }
+                try store.close()
+            }
+            // Lost for good: repair drops those entries, and the store stops reporting it.
             try FileManager.default.removeItem(atPath: files.segment(2))
             let store = try openStore(dir, segmentSize: 16 << 10)
-            let report = store.recoveryReport
-            #expect(report.missingSegments == [2])
-            #expect(!report.droppedEntries.isEmpty)
+            let repaired = try store.fsck(repair: true)
+            #expect(repaired.isRepaired)
+            #expect(try store.fsck().isClean)
+            #expect(try store.unrepairedDamage().isEmpty)
             for i in 0..<30 {
-                let data = try store.data(for: key(i))
-                if report.droppedEntries.contains(key(i)) {
-                    #expect(data == nil)
-                } else {
-                    #expect(data == value(i))
-                }
+                #expect(try store.data(for: key(i)) == (inSegment2.contains(i) ? nil : value(i)))
             }
-            #expect(try store.statistics().entries == 30 - report.droppedEntries.count)
+            try store.close()
+            #expect(try openStore(dir, segmentSize: 16 << 10).recoveryReport.isClean)
         }
     }
 
-    @Test func aTruncatedSealedSegmentDropsWhatWasCut() async throws {
+    @Test func aTruncatedSealedSegmentServesWhatIsLeftAndRepairDropsTheRest() async throws {
         try await withTemporaryDirectory { dir in
             let files = StoreFiles(root: dir)
             try populate(dir, count: 30, segmentSize: 32 << 10)
             try files.truncate(files.segment(1), to: try files.size(files.segment(1)) / 2)
             let store = try openStore(dir, segmentSize: 32 << 10)
-            let dropped = store.recoveryReport.droppedEntries
-            #expect(!dropped.isEmpty)
-            #expect(!dropped.contains(key(0)))
+            #expect(store.recoveryReport.missingSegments == [1])
+            var cut: [Int] = []
+            for i in 0..<30 {
+                do {
+                    #expect(try store.data(for: key(i)) == value(i))
+                } catch let error as StoreError {
+                    #expect(error.code == .corruptRecord)
+                    cut.append(i)
+                }
+            }
+            #expect(!cut.isEmpty && !cut.contains(0))
+            #expect(try store.fsck(repair: true).isRepaired)
+            #expect(try store.fsck().isClean)
+            // Gone: every key whose blob or link record was cut (an entry is served only while
+            // its link record proves it). Kept: everything else, byte for byte.
+            var kept = 0
             for i in 0..<30 {
                 let data = try store.data(for: key(i))
-                #expect(data == (dropped.contains(key(i)) ? nil : value(i)))
+                if cut.contains(i) { #expect(data == nil) }
+                if let data {
+                    #expect(data == value(i))
+                    kept += 1
+                }
             }
+            #expect(kept >= 30 - cut.count - 1 && kept < 30)
         }
     }
 
-    @Test func aSegmentWithADamagedHeaderIsSetAsideNotDeleted() async throws {
+    /// A segment whose header is damaged is not thrown away: its records are bound to the store
+    /// and their place, so repair finds them with the store secret and salvages every one.
+    @Test func aSegmentWithADamagedHeaderIsSalvagedByRepair() async throws {
         try await withTemporaryDirectory { dir in
             let files = StoreFiles(root: dir)
             try populate(dir, count: 20, segmentSize: 16 << 10)
             try files.flip(files.segment(1), at: 3)
             let store = try openStore(dir, segmentSize: 16 << 10)
             #expect(store.recoveryReport.missingSegments == [1])
-            #expect(FileManager.default.fileExists(atPath: files.segment(1) + ".damaged"))
-            #expect(try store.data(for: key(0)) == nil)
+            let error = #expect(throws: StoreError.self) { try store.data(for: key(0)) }
+            #expect(error?.code == .missingSegment)
             #expect(try store.data(for: key(19)) == value(19))
+            #expect(try store.fsck(repair: true).isRepaired)
+            for i in 0..<20 { #expect(try store.data(for: key(i)) == value(i)) }
+            #expect(FileManager.default.fileExists(atPath: files.segment(1) + ".damaged"))
+            #expect(try store.fsck().isClean)
         }
     }
 

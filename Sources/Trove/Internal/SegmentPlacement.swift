@@ -29,7 +29,16 @@ struct SegmentPlacement {
         for name in try PackDirectory.names(in: packs) {
             let stem = name.hasSuffix(misplacedSuffix) ? String(name.dropLast(misplacedSuffix.count)) : name
             guard let nameID = PackFormat.segmentID(fromFileName: stem) else { continue }
-            guard PackDirectory.kind(of: name, in: packs) == "file", let header = SegmentFile.header(atPath: packs + "/" + name)
+            let isFile = PackDirectory.kind(of: name, in: packs) == "file"
+            if isFile, let size = PackDirectory.size(of: name, in: packs), size < UInt64(PackFormat.Version1.segmentHeaderSize),
+                SegmentFile.header(atPath: packs + "/" + name) == nil
+            {
+                // A creation interrupted before the header was whole: shorter than any header,
+                // it cannot hold a record.
+                try PackDirectory.remove(name, in: packs, faults: faults)
+                continue
+            }
+            guard isFile, let header = SegmentFile.header(atPath: packs + "/" + name)
             else {
                 if stem == name {
                     placement.unreadable[nameID] = PackDirectory.kind(of: name, in: packs) == "file" ? "no valid header" : "not a regular file"
