@@ -41,6 +41,10 @@ public struct FsckReport: Hashable, Sendable, Codable {
             case setAsideFile
             /// A segment file renamed back to the id its header names.
             case renamedSegment
+            /// The index was rebuilt from the packs with no sound index to check them against
+            /// (it was missing or damaged): a write whose records were lost as well — a deleted
+            /// or damaged segment — cannot be known, and its key may show its previous value.
+            case rebuiltIndex
         }
 
         /// The kind.

@@ -54,7 +54,7 @@ extension Store {
                     try index.sealSegment(sealed.file.id)
                 }
                 try index.setIndexedBytes(snapshot.end, segment: snapshot.active.id)
-                try index.setMeta("sequence", Int64(bitPattern: snapshot.sequence))
+                try index.setCommittedSequence(snapshot.sequence)
                 try index.touch(readTimes.map { (digest: $0.key.digest, accessedAt: $0.value) })
                 try index.commit()
             } catch {

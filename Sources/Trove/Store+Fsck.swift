@@ -22,6 +22,18 @@ extension Store {
     ///
     /// - Parameter progress: called as bytes are scanned.
     public func fsck(repair: Bool = false, progress: (WorkProgress) -> Void = { _ in }) throws -> FsckReport {
+        do {
+            return try checkStore(repair: repair, progress: progress)
+        } catch let error as StoreError {
+            throw error
+        } catch {
+            // IndexError and PackError map to their StoreError codes (a damaged index to
+            // `.indexCorrupt`, which `--rebuild-index` answers).
+            throw StoreError(index: error)
+        }
+    }
+
+    private func checkStore(repair: Bool, progress: (WorkProgress) -> Void) throws -> FsckReport {
         try commitPending(flushReadTimes: true)
         let (report, salvage) = try withoutActuallyEscaping(progress) { progress in
             try committer.withLock { (slot) throws -> (FsckReport, [UInt32]) in
@@ -146,7 +158,7 @@ struct FsckRun {
         // 2. The index's rows as evidence: a row vouched for by the intact link it points at
         //    counts for that link's key, whatever its own key columns say.
         let rows = try index.entryRows()
-        var evidence = IndexEvidence(committedSequence: indexIsSound ? UInt64(max(0, try index.meta("sequence") ?? 0)) : nil)
+        var evidence = IndexEvidence(committedSequence: indexIsSound ? try index.committedSequence() : nil)
         var rowByDigest: [ContentHash: EntryRow] = [:]
         var strayRows: [EntryRow] = []
         for row in rows {
@@ -253,8 +265,9 @@ struct FsckRun {
         if fold.nextSequence > nextSequence {
             find(.wrongSequence, "the sequence counter is at \(nextSequence), but the packs hold sequence \(fold.nextSequence - 1)")
         }
-        for damage in try index.damage() where damage.kind == FsckReport.Finding.Kind.setAsideFile.rawValue {
-            find(.setAsideFile, damage.message)
+        for damage in try index.damage()
+        where damage.kind == FsckReport.Finding.Kind.setAsideFile.rawValue || damage.kind == FsckReport.Finding.Kind.rebuiltIndex.rawValue {
+            find(FsckReport.Finding.Kind(rawValue: damage.kind) ?? .setAsideFile, damage.message)
         }
         guard repair else { return }
 

@@ -73,7 +73,14 @@ extension Store {
 
     /// Finds `key`'s entry: the location map first, the index on a miss. An entry past its
     /// expiry is not found (the compactor removes it later) unless `includingExpired`.
-    func locate(_ key: CacheKey, noteRead: Bool, includingExpired: Bool = false) throws(StoreError) -> IndexedEntry? {
+    ///
+    /// A row taken from the index is checked against the link record it points at before it is
+    /// trusted (and cached): the index is a cache of the packs, and a damaged row must never
+    /// serve another key's bytes or an older value. `verifying: false` skips that (removal
+    /// needs only to know the key exists).
+    func locate(
+        _ key: CacheKey, noteRead: Bool, includingExpired: Bool = false, verifying: Bool = true
+    ) throws(StoreError) -> IndexedEntry? {
         // The returned entry's accessedAt is the last read *before* this one: a read time not
         // yet flushed is taken from memory, in the same lock hold that notes this read.
         let now = configuration.clock()
@@ -92,6 +99,7 @@ extension Store {
         }
         let found = try readIndex { try $0.entry(digest: key.digest) }
         guard let found, found.entry.key == key else { return nil }
+        if verifying { try verifyLink(of: found, key: key) }
         let expired = found.isExpired(at: now)
         shared.withLock { state in
             // Only if no write touched the map since this read began: the row cannot be stale.
@@ -101,6 +109,43 @@ extension Store {
             if noteRead && !expired { state.readTimes[key] = now }
         }
         return includingExpired || !expired ? found.readBefore(previousRead) : nil
+    }
+
+    /// Checks that the link record `found` points at is intact and says what the row says: the
+    /// key, the sequence, the blob and the metadata. Otherwise the row is not served: the
+    /// mismatch is recorded for `trove fsck --repair` and the read throws `.corruptRecord`.
+    func verifyLink(of found: IndexedEntry, key: CacheKey) throws(StoreError) {
+        let row = found.entry
+        let failure: String
+        do {
+            let file = try segmentFile(row.linkSegment)
+            let verified = try file.readRecord(at: row.linkOffset, limit: row.linkOffset + row.linkLength)
+            guard case .link(let link) = verified.record.content else {
+                throw StoreError(code: .corruptRecord, message: "the record there is not a link")
+            }
+            if link.key == key && link.sequence == row.sequence && Int64(bitPattern: link.blobID) == row.blobID
+                && link.blobHash == found.blob.hash && link.blobLength == found.blob.length && link.etag == row.etag
+                && link.lastModified == row.lastModified && link.expiresAt == row.expiresAt && link.createdAt == row.createdAt
+            {
+                return
+            }
+            failure = "the index row disagrees with its link record"
+        } catch let error as StoreError {
+            guard error.code == .corruptRecord else {
+                var error = error
+                error.key = key
+                error.message = "\(key): \(error.message)"
+                throw error
+            }
+            failure = error.message
+        } catch let error as PackError where error.code == .io {
+            throw StoreError(pack: error)
+        } catch {
+            failure = "\(error)"
+        }
+        let message = "\(key): \(failure) (segment \(row.linkSegment) offset \(row.linkOffset)); not served — run `trove fsck --repair`"
+        recordDamage(.staleIndexRow, segment: row.linkSegment, offset: row.linkOffset, end: row.linkOffset + row.linkLength, message)
+        throw StoreError(code: .corruptRecord, message: message, key: key)
     }
 
     /// Reads and verifies `found`'s blob.

@@ -22,6 +22,18 @@ extension Store {
     public static func rebuildIndex(
         directory: String, configuration: Configuration = Configuration(), progress: (WorkProgress) -> Void = { _ in }
     ) throws -> FsckReport {
+        do {
+            return try rebuild(directory: directory, configuration: configuration, progress: progress)
+        } catch let error as StoreError {
+            throw error
+        } catch {
+            throw StoreError(index: error)
+        }
+    }
+
+    private static func rebuild(
+        directory: String, configuration: Configuration, progress: (WorkProgress) -> Void
+    ) throws -> FsckReport {
         guard SystemCall.fileKind(directory) == S_IFDIR else {
             throw StoreError(code: .notAStore, message: "there is no Trove store at \(directory)")
         }
@@ -49,6 +61,14 @@ extension Store {
         var report = FsckReport()
         let recovery = store.recoveryReport
         report.segmentsChecked = try PackDirectory.segmentIDs(in: store.packsDirectory).count
+        if evidence.committedSequence == nil {
+            report.findings.append(
+                .init(
+                    kind: .rebuiltIndex,
+                    message: "the old index was \(evidence.claims.isEmpty ? "missing or unreadable" : "damaged"), so the packs "
+                        + "were read without it: a write whose records are lost too cannot be known, and its key may show "
+                        + "its previous value", repaired: true))
+        }
         for damage in recovery.damage {
             report.findings.append(.init(kind: damage.kind, message: damage.message, segment: damage.segment, offset: damage.offset))
         }
@@ -79,7 +99,7 @@ extension Store {
             return evidence
         }
         let sound = (try? index.integrityCheck()) == ["ok"]
-        if sound, let committed = try? index.meta("sequence") { evidence.committedSequence = UInt64(max(0, committed)) }
+        if sound, let committed = try? index.committedSequence() { evidence.committedSequence = committed }
         for row in (try? index.entryRows()) ?? [] where row.key.digest == row.keyDigest {
             evidence.claims[row.keyDigest] = max(evidence.claims[row.keyDigest] ?? 0, row.sequence)
             evidence.accessTimes[row.keyDigest] = row.accessedAt

@@ -141,7 +141,7 @@ extension Store {
         var removed = 0
         var last: (sequence: UInt64, queued: Int)?
         for key in keys {
-            guard try locate(key, noteRead: false, includingExpired: true) != nil else { continue }
+            guard try locate(key, noteRead: false, includingExpired: true, verifying: false) != nil else { continue }
             last = try withAppender { (state) throws(StoreError) -> (UInt64, Int) in
                 (try appendTombstone(for: key, to: state), state.queue.count)
             }

@@ -18,6 +18,29 @@ extension IndexDatabase {
         try setMeta("secret.second", Int64(bitPattern: second))
     }
 
+    // MARK: Committed sequence
+
+    /// The sequence below which every write is applied to this index; nil for an index that
+    /// never committed one (a new or lost index).
+    ///
+    /// It is kept twice in the meta table and checked against the rows, so that one damaged
+    /// value can only raise it (which makes repair more careful), never lower it (which would
+    /// let repair take a removed value's old record for a lost write).
+    public func committedSequence() throws(IndexError) -> UInt64? {
+        let first = try meta("sequence")
+        let second = try meta("sequence.copy")
+        guard first != nil || second != nil else { return nil }
+        let rows = try connection.statement("SELECT coalesce(max(sequence) + 1, 0) FROM entries").first { $0.int64(0) } ?? 0
+        let blobs = try connection.statement("SELECT coalesce(max(id) + 1, 0) FROM blobs").first { $0.int64(0) } ?? 0
+        return UInt64(max(0, first ?? 0, second ?? 0, rows, blobs))
+    }
+
+    /// Records that every write below `sequence` is applied (both copies).
+    public func setCommittedSequence(_ sequence: UInt64) throws(IndexError) {
+        try setMeta("sequence", Int64(bitPattern: sequence))
+        try setMeta("sequence.copy", Int64(bitPattern: sequence))
+    }
+
     // MARK: Whole tables
 
     /// Every entry row (without its blob), in key-digest order.

@@ -46,9 +46,10 @@ extension TroveCommand {
                 try printJSON(report)
             } else {
                 if let rebuilt {
-                    printOut(
-                        "rebuilt the index from \(rebuilt.segmentsChecked) segments (\(rebuilt.recordsVerified) records); "
-                            + "\(rebuilt.findings.count) damaged ranges skipped")
+                    printOut("rebuilt the index from \(rebuilt.segmentsChecked) segments")
+                    for finding in rebuilt.findings {
+                        printOut("\(finding.repaired ? "repaired" : "found   ")  \(finding.kind.rawValue): \(finding.message)")
+                    }
                 }
                 printOut(
                     "checked \(report.segmentsChecked) segments, \(report.recordsVerified) records, "

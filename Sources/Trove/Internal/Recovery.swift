@@ -78,20 +78,20 @@ struct Recovery {
         }
         let format = SegmentFormat.version2(secret: secret)
         let rows = try index.segments()
-        let committed = try index.meta("sequence")
+        let committed = try index.committedSequence()
         let lostIndex = rows.isEmpty && committed == nil && !(placement.headers.isEmpty && placement.unreadable.isEmpty)
         return try index.writing {
             if stored != secret { try index.setSecret(first: secret.first, second: secret.second) }
             let writer: PackWriter
             if let evidence {
-                writer = try rebuild(placement, evidence: evidence, format: format, progress: progress)
+                writer = try rebuild(placement, evidence: evidence, format: format, asked: true, progress: progress)
             } else if lostIndex {
-                writer = try rebuild(placement, evidence: IndexEvidence(), format: format, progress: progress)
+                writer = try rebuild(placement, evidence: IndexEvidence(), format: format, asked: false, progress: progress)
             } else {
-                writer = try replay(rows, committed: UInt64(max(0, committed ?? 0)), placement: placement, format: format)
+                writer = try replay(rows, committed: committed ?? 0, placement: placement, format: format)
             }
             for row in damageRows { try index.recordDamage(row) }
-            try index.setMeta("sequence", Int64(bitPattern: nextSequence))
+            try index.setCommittedSequence(nextSequence)
             return writer
         }
     }
@@ -217,11 +217,22 @@ struct Recovery {
 
     // MARK: Rebuild (the index is lost, or being rebuilt)
 
+    /// - Parameter asked: whether an operator asked for the rebuild (`--rebuild-index`), who
+    ///   sees its report; a rebuild of a lost index on open is recorded for every command to
+    ///   report until `fsck --repair`.
     private mutating func rebuild(
-        _ placement: SegmentPlacement, evidence: IndexEvidence, format: SegmentFormat, progress: (WorkProgress) -> Void
+        _ placement: SegmentPlacement, evidence: IndexEvidence, format: SegmentFormat, asked: Bool,
+        progress: (WorkProgress) -> Void
     ) throws -> PackWriter {
         report.rebuiltIndex = true
         let now = configuration.clock()
+        if evidence.committedSequence == nil && !asked {
+            recordDamage(
+                .rebuiltIndex, segment: 0, start: 0, end: 0,
+                "the index was \(evidence.claims.isEmpty ? "missing" : "damaged") and was rebuilt from the packs; a write "
+                    + "whose records were lost too (a deleted or damaged segment) cannot be known, and its key may show its "
+                    + "previous value — run `trove fsck --repair` to review and acknowledge", at: now)
+        }
         let ids = placement.headers.keys.sorted()
         let total = ids.reduce(Int64(0)) { $0 + Int64(PackDirectory.segmentSize($1, in: packs) ?? 0) }
         var done: Int64 = 0

@@ -14,7 +14,7 @@ final class SQLiteConnection {
         var db: OpaquePointer?
         let flags =
             (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
-            | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
+            | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE | SQLITE_OPEN_NOFOLLOW
         let rc = sqlite3_open_v2(path, &db, flags, nil)
         guard rc == SQLITE_OK, let db else {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
@@ -50,7 +50,16 @@ final class SQLiteConnection {
         if let cached = statements[sql] { return cached }
         var stmt: OpaquePointer?
         let rc = sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &stmt, nil)
-        guard rc == SQLITE_OK, let stmt else { throw error(rc, sql: sql) }
+        guard rc == SQLITE_OK, let stmt else {
+            // Trove's statements are fixed and valid for its schema: one that no longer
+            // prepares ("no such column") means the schema itself is damaged.
+            var failure = error(rc, sql: sql)
+            if rc & 0xff == SQLITE_ERROR {
+                failure.code = .corrupt
+                failure.message = "\(path): the index's schema is damaged (\(String(cString: sqlite3_errmsg(handle))))"
+            }
+            throw failure
+        }
         let statement = SQLiteStatement(stmt, connection: self, sql: sql)
         statements[sql] = statement
         return statement
