@@ -103,6 +103,7 @@ struct FsckRun {
         var fold = RecordFold()
         var readable: [UInt32: SegmentFile] = [:]
         var unreadableRows: Set<UInt32> = []
+        var unsalvageable: [UInt32] = []
         var truncated: [UInt32: UInt64] = [:]
         let total = fileIDs.reduce(Int64(0)) { $0 + Int64(PackDirectory.segmentSize($1, in: packs) ?? 0) }
         var done: Int64 = 0
@@ -119,7 +120,9 @@ struct FsckRun {
                     try fold.fold(salvageable)
                     find(.missingSegment, "\(name) has no valid segment header; its intact records are salvaged by repair", segment: id)
                 } else {
-                    find(.missingSegment, "\(name) is \(fileIDs.contains(id) ? "unreadable" : "missing"); the index has rows in it", segment: id)
+                    let what = fileIDs.contains(id) ? "unreadable" : "missing"
+                    find(.missingSegment, "\(name) is \(what)\(rowsByID[id] != nil ? "; the index has rows in it" : "")", segment: id)
+                    if fileIDs.contains(id) { unsalvageable.append(id) }
                 }
                 if rowsByID[id] != nil { unreadableRows.insert(id) }
                 continue
@@ -295,6 +298,10 @@ struct FsckRun {
                 try index.sealSegment(id)
             }
             try index.recomputeDerivedColumns()
+        }
+        // What is in a segment's place but cannot be read at all is set aside, never deleted.
+        for id in unsalvageable {
+            try PackDirectory.quarantine(PackFormat.fileName(forSegment: id), suffix: "damaged", in: packs)
         }
         // Older values that must never come back get tombstones (a key written again meanwhile
         // needs none: its new record supersedes them).

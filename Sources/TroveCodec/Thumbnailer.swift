@@ -113,21 +113,18 @@ public enum ImageDecoder {
         guard variant.isValid else { throw CodecError(.unsupported, "variant \(variant) is out of range") }
         guard let format = ImageFormat.sniff(data) else { throw CodecError(.unknownFormat, "not JPEG, PNG or WebP") }
         // The header first: the sizes (and the limits) are known before decoding.
-        let (sw, sh) = try withBytes(data) { (raw) throws(CodecError) -> (Int, Int) in
-            switch format {
-            case .jpeg:
-                let h = try TurboJPEG(compressing: false).header(raw)
-                return (h.width, h.height)
-            case .png: return try SPNG.dimensions(raw)
-            case .webp:
-                let f = try WebP.features(raw)
-                return (f.width, f.height)
-            }
-        }
+        let (sw, sh) = try dimensions(data, format: format)
         try limits.check(width: sw, height: sh)
         let orientation = format == .jpeg ? Orientation.fromJPEG(data) : .up
         let (uw, uh) = orientation.swapsDimensions ? (sh, sw) : (sw, sh)
         let sizes = variant.sizes(forSourceWidth: uw, height: uh)
+        // The output obeys the limits the input does (an upscaled 1×1 PNG must not become a
+        // 268-megapixel WebP that Trove itself would refuse to decode).
+        do throws(CodecError) {
+            try limits.check(width: sizes.resampled.0, height: sizes.resampled.1)
+        } catch {
+            throw CodecError(.tooLarge, "the output, \(sizes.resampled.0)×\(sizes.resampled.1), is too large: \(error.message)")
+        }
         let needed = orientation.swapsDimensions ? (sizes.resampled.1, sizes.resampled.0) : sizes.resampled
         let decoded = try decode(data, minimum: shrinkOnLoad ? needed : nil, limits: limits)
         let upright = decoded.orientation.apply(to: decoded.image)
@@ -139,6 +136,29 @@ public enum ImageDecoder {
         return Thumbnail(
             data: webp, width: image.width, height: image.height, sourceFormat: format, sourceWidth: sw, sourceHeight: sh,
             decodedWidth: decoded.image.width, decodedHeight: decoded.image.height)
+    }
+
+    /// The width and height an image's header states, without decoding it.
+    ///
+    /// - Throws: ``CodecError`` — `.unknownFormat` for bytes that are not JPEG, PNG or WebP,
+    ///   `.corrupt` or `.truncated` for a header that cannot be read.
+    public static func dimensions(_ data: [UInt8]) throws(CodecError) -> (width: Int, height: Int) {
+        guard let format = ImageFormat.sniff(data) else { throw CodecError(.unknownFormat, "not JPEG, PNG or WebP") }
+        return try dimensions(data, format: format)
+    }
+
+    static func dimensions(_ data: [UInt8], format: ImageFormat) throws(CodecError) -> (width: Int, height: Int) {
+        try withBytes(data) { (raw) throws(CodecError) -> (Int, Int) in
+            switch format {
+            case .jpeg:
+                let h = try TurboJPEG(compressing: false).header(raw)
+                return (h.width, h.height)
+            case .png: return try SPNG.dimensions(raw)
+            case .webp:
+                let f = try WebP.features(raw)
+                return (f.width, f.height)
+            }
+        }
     }
 
     /// The centre `width × height` of `image`.

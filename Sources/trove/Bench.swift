@@ -46,7 +46,7 @@ extension TroveCommand {
                     }
                     if json { try printJSON(rows) } else { printOut(ThumbnailBenchmark.table(rows)) }
                 } catch {
-                    fail("thumbnail benchmark failed: \(error)")
+                    try fail("thumbnail benchmark failed: \(error)")
                 }
                 return
             }
@@ -61,7 +61,7 @@ extension TroveCommand {
                 }
                 report = try suite.run()
             } catch {
-                fail("benchmark failed: \(error)")
+                try fail("benchmark failed: \(error)")
             }
             if json {
                 try printJSON(report)

@@ -33,9 +33,9 @@ extension TroveCommand {
                     rebuilt = try Store.rebuildIndex(directory: store.directory) { line.update($0) }
                     line.finish()
                 } catch let error as StoreError {
-                    fail(error.message)
+                    try fail(error.message)
                 } catch {
-                    fail("cannot rebuild the index: \(error)")
+                    try fail("cannot rebuild the index: \(error)")
                 }
             }
             let report = try store.withStore { store in

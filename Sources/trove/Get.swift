@@ -18,14 +18,10 @@ extension TroveCommand {
         func run() throws {
             let cacheKey = key.cacheKey
             guard let entry = try store.withStore({ try $0.entry(for: cacheKey) }) else {
-                fail("no entry for \(cacheKey)", code: ExitCodes.notFound)
+                try fail("no entry for \(cacheKey)", code: ExitCodes.notFound)
             }
             if let output {
-                do {
-                    try entry.data.write(to: URL(fileURLWithPath: output))
-                } catch {
-                    fail("cannot write \(output): \((error as NSError).localizedDescription)")
-                }
+                try writeOutput(entry.data, to: output)
             } else {
                 FileHandle.standardOutput.write(entry.data)
             }

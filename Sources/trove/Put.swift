@@ -21,27 +21,23 @@ extension TroveCommand {
         @Option(help: "The origin's Last-Modified to keep with the bytes.")
         var lastModified: String?
 
-        @Option(help: "Seconds until the entry expires.")
+        @Option(help: "Seconds until the entry expires (at most 10^12, about 31 700 years).")
         var expiresIn: Int?
 
+        static let maximumExpiresIn = 1_000_000_000_000
+
         func validate() throws {
-            if let expiresIn, expiresIn < 0 { throw ValidationError("--expires-in must be 0 or more seconds") }
+            if let expiresIn, !(0...Self.maximumExpiresIn).contains(expiresIn) {
+                throw ValidationError("--expires-in must be 0 to \(Self.maximumExpiresIn) seconds, not \(expiresIn)")
+            }
         }
 
         func run() throws {
-            let data: Data
-            do {
-                data =
-                    file == "-"
-                    ? FileHandle.standardInput.readDataToEndOfFile()
-                    : try Data(contentsOf: URL(fileURLWithPath: file))
-            } catch {
-                fail("cannot read \(file): \((error as NSError).localizedDescription)")
-            }
+            let data = try readInput(file, limit: Store.maximumValueLength)
             let metadata = EntryMetadata(
                 etag: etag, lastModified: lastModified,
                 expiresAt: expiresIn.map { Date().addingTimeInterval(TimeInterval($0)) })
-            try store.withStore { try $0.put(data, for: key.cacheKey, metadata: metadata) }
+            try store.withStore(creating: true) { try $0.put(data, for: key.cacheKey, metadata: metadata) }
         }
     }
 }

@@ -21,7 +21,7 @@ extension TroveCommand {
             let removed = try store.withStore { store in
                 all ? try store.removeAll(url: cacheKey.url) : (try store.remove(cacheKey) ? 1 : 0)
             }
-            if removed == 0 { fail("no entry for \(all ? cacheKey.url : cacheKey.description)", code: ExitCodes.notFound) }
+            if removed == 0 { try fail("no entry for \(all ? cacheKey.url : cacheKey.description)", code: ExitCodes.notFound) }
         }
     }
 }

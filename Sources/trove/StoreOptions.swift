@@ -3,6 +3,10 @@ import Foundation
 public import Trove
 import TroveCore
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Options every subcommand that opens a store shares.
 struct StoreOptions: ParsableArguments {
     @Option(
@@ -17,29 +21,46 @@ struct StoreOptions: ParsableArguments {
 
     var directory: String { path ?? Store.defaultDirectory }
 
-    /// Opens the store, runs `body`, closes the store; store errors become exit code 2.
-    func withStore<T>(configure: (inout Store.Configuration) -> Void = { _ in }, _ body: (Store) throws -> T) throws -> T {
+    /// Opens the store, runs `body`, closes the store — also when `body` fails. Store errors
+    /// become exit code 2; damage the store knows of and has not repaired is printed on stderr
+    /// first, by every command, until `trove fsck --repair`.
+    ///
+    /// - Parameter creating: whether a missing store is created (only commands that write do;
+    ///   reading a mistyped path is an error, not a new empty store).
+    func withStore<T>(
+        creating: Bool = false, configure: (inout Store.Configuration) -> Void = { _ in }, _ body: (Store) throws -> T
+    ) throws -> T {
+        var configuration = Store.Configuration(durability: durability)
+        // A command-line run is short: compaction happens when asked for (`trove compact`).
+        configuration.compactionInterval = nil
+        configuration.createsMissingStore = creating
+        configure(&configuration)
+        let store: Store
         do {
-            var configuration = Store.Configuration(durability: durability)
-            // A command-line run is short: compaction happens when asked for (`trove compact`).
-            configuration.compactionInterval = nil
-            configure(&configuration)
-            let store = try Store(directory: directory, configuration: configuration)
-            do {
-                let result = try body(store)
-                try store.close()
-                return result
-            } catch {
-                try? store.close()
-                throw error
-            }
+            store = try Store(directory: directory, configuration: configuration)
         } catch let error as StoreError {
-            fail(error.message)
-        } catch let error as ExitCode {
-            throw error
-        } catch {
-            fail("\(error)")
+            try fail(error.message)
         }
+        warnAboutDamage(store)
+        do {
+            let result = try body(store)
+            try store.close()
+            return result
+        } catch let error as StoreError {
+            try? store.close()
+            try fail(error.message)
+        } catch {
+            try? store.close()
+            throw error
+        }
+    }
+
+    /// Prints, on stderr, what the store knows is damaged and not yet repaired.
+    private func warnAboutDamage(_ store: Store) {
+        guard let damage = try? store.unrepairedDamage(), !damage.isEmpty else { return }
+        for item in damage.prefix(5) { printError("warning: \(item.kind.rawValue): \(item.message)") }
+        if damage.count > 5 { printError("warning: … and \(damage.count - 5) more") }
+        printError("warning: the store has unrepaired damage; `trove fsck` says more, `trove fsck --repair` deals with it")
     }
 }
 
@@ -56,21 +77,35 @@ struct KeyOptions: ParsableArguments {
     var cacheKey: CacheKey { CacheKey(url: key, variant: variant) }
 }
 
-/// Prints `message` to stderr and exits with `code`.
-func fail(_ message: String, code: Int32 = ExitCodes.storeFailure) -> Never {
-    FileHandle.standardError.write(Data("trove: \(message)\n".utf8))
-    TroveCommand.exit(withError: ExitCode(code))
+/// Prints `message` to stderr and exits with `code`, by throwing: every `withStore` on the way
+/// out closes its store first.
+func fail(_ message: String, code: Int32 = ExitCodes.storeFailure) throws -> Never {
+    printError(message)
+    throw ExitCode(code)
 }
 
-/// The exit codes of `trove`: a contract for scripts.
+/// Writes `trove: <message>` to stderr.
+func printError(_ message: String) {
+    FileHandle.standardError.write(Data("trove: \(message)\n".utf8))
+}
+
+/// The exit codes of `trove`: a contract for scripts (sysexits.h numbers for file problems).
 enum ExitCodes {
     static let success: Int32 = 0
     /// The key is not in the store.
     static let notFound: Int32 = 1
-    /// The store failed: locked by another process, damaged, or an I/O error.
+    /// The store failed: locked by another process, damaged, missing, or an I/O error in it.
     static let storeFailure: Int32 = 2
     /// `trove fsck` found damage it did not repair.
     static let damaged: Int32 = 3
+    /// Bad arguments (ArgumentParser's usage error).
+    static let usage: Int32 = 64
+    /// The input is not usable data (not an image the codec takes, or over its limits).
+    static let badInput: Int32 = 65
+    /// An input file cannot be read (missing, a directory, unreadable, over the size limit).
+    static let cannotRead: Int32 = 66
+    /// An output file cannot be written.
+    static let cannotWrite: Int32 = 73
 }
 
 /// Writes `text` to stdout.
@@ -88,4 +123,43 @@ func printJSON(_ value: some Encodable) throws {
 /// Milliseconds-free ISO 8601 text of `date`, in UTC.
 func iso8601(_ date: Date) -> String {
     date.formatted(.iso8601)
+}
+
+/// The bytes of an input file, or of standard input for "-": regular files, pipes and FIFOs
+/// (`<(curl …)`) alike, read up to `limit` bytes — a device such as /dev/zero that never ends
+/// is refused once it passes the limit. Fails with exit code 66.
+func readInput(_ path: String, limit: Int) throws -> Data {
+    let fd = path == "-" ? dup(0) : open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { try fail("cannot read \(path): \(String(cString: strerror(errno)))", code: ExitCodes.cannotRead) }
+    defer { close(fd) }
+    var st = stat()
+    if fstat(fd, &st) == 0 && st.st_mode & S_IFMT == S_IFDIR {
+        try fail("cannot read \(path): it is a directory", code: ExitCodes.cannotRead)
+    }
+    var data = Data()
+    var chunk = [UInt8](repeating: 0, count: 1 << 16)
+    while true {
+        let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if n < 0 && errno == EINTR { continue }
+        if n < 0 { try fail("cannot read \(path): \(String(cString: strerror(errno)))", code: ExitCodes.cannotRead) }
+        if n == 0 { return data }
+        data.append(contentsOf: chunk[0..<n])
+        if data.count > limit {
+            try fail("cannot read \(path): it holds more than the limit of \(limit) bytes", code: ExitCodes.cannotRead)
+        }
+    }
+}
+
+/// Writes `data` to the file at `path` (created or replaced). Fails with exit code 73.
+func writeOutput(_ data: Data, to path: String) throws {
+    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+    guard fd >= 0 else { try fail("cannot write \(path): \(String(cString: strerror(errno)))", code: ExitCodes.cannotWrite) }
+    defer { close(fd) }
+    var done = 0
+    while done < data.count {
+        let n = data.withUnsafeBytes { write(fd, $0.baseAddress! + done, $0.count - done) }
+        if n < 0 && errno == EINTR { continue }
+        if n <= 0 { try fail("cannot write \(path): \(String(cString: strerror(errno)))", code: ExitCodes.cannotWrite) }
+        done += n
+    }
 }

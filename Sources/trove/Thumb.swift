@@ -31,7 +31,7 @@ extension TroveCommand {
         var fit: Fit = .fit
 
         @Option(help: "WebP quality, 1–100 (default 80).")
-        var quality: Int = 80
+        var quality: Int?
 
         @Flag(help: "Encode lossless instead.")
         var lossless = false
@@ -49,11 +49,14 @@ extension TroveCommand {
         }
 
         var variant: Variant {
-            Variant(width: box!.0, height: box!.1, fit: fit.variantFit, quality: lossless ? nil : quality, allowsUpscaling: upscale)
+            Variant(
+                width: box!.0, height: box!.1, fit: fit.variantFit, quality: lossless ? nil : quality ?? 80,
+                allowsUpscaling: upscale)
         }
 
         func validate() throws {
             guard box != nil else { throw ValidationError("--size must be WIDTHxHEIGHT, such as 256x256, not \(size)") }
+            if lossless && quality != nil { throw ValidationError("--quality has no effect with --lossless; give one or the other") }
             guard variant.isValid else {
                 throw ValidationError("--size sides must be 1–\(Variant.maximumSide) and --quality 1–100")
             }
@@ -64,46 +67,47 @@ extension TroveCommand {
             let clock = ContinuousClock()
             let start = clock.now
             let bytes: [UInt8]
+            let outputSize: (Int, Int)
             var detail = ""
             if FileManager.default.fileExists(atPath: source) {
-                let input: [UInt8]
-                do { input = [UInt8](try Data(contentsOf: URL(fileURLWithPath: source))) } catch {
-                    fail("cannot read \(source): \((error as NSError).localizedDescription)")
-                }
+                let input = [UInt8](try readInput(source, limit: DecodeLimits().maxInputBytes))
                 // A Result, not do/catch: Swift 6.3.1 crashes compiling a typed-throws catch that
                 // calls a Never-returning function here.
                 switch Result(catching: { () throws(CodecError) in try ImageDecoder.thumbnail(input, variant: variant) }) {
                 case .success(let thumbnail):
                     bytes = thumbnail.data
+                    outputSize = (thumbnail.width, thumbnail.height)
                     detail = " (decoded at \(thumbnail.decodedWidth)×\(thumbnail.decodedHeight) from a "
                         + "\(thumbnail.sourceWidth)×\(thumbnail.sourceHeight) \(thumbnail.sourceFormat.rawValue.uppercased()))"
                 case .failure(let error):
-                    fail("\(source): \(error.message)", code: ExitCodes.storeFailure)
+                    try fail("\(source): \(error.message)", code: ExitCodes.badInput)
                 }
             } else {
                 let source = source
-                let entry = try store.withStore { store -> Entry? in
+                let made = try store.withStore(creating: true) { store -> Result<Entry?, CodecError> in
                     do {
-                        return try ImageCache(store: store).variant(variant, for: source)
+                        return .success(try ImageCache(store: store).variant(variant, for: source))
                     } catch let error as CodecError {
-                        fail("\(source): \(error.message)", code: ExitCodes.storeFailure)
+                        return .failure(error)
                     }
                 }
-                guard let entry else { fail("no file and no entry for \(source)", code: ExitCodes.notFound) }
-                bytes = [UInt8](entry.data)
-                detail = " (stored as \(source) [\(variant)])"
-            }
-            let elapsed = clock.now - start
-            let decoded = try? ImageDecoder.decode(bytes)
-            if let output {
-                do { try Data(bytes).write(to: URL(fileURLWithPath: output)) } catch {
-                    fail("cannot write \(output): \((error as NSError).localizedDescription)")
+                switch made {
+                case .failure(let error): try fail("\(source): \(error.message)", code: ExitCodes.badInput)
+                case .success(nil): try fail("no file and no entry for \(source)", code: ExitCodes.notFound)
+                case .success(let entry?):
+                    bytes = [UInt8](entry.data)
+                    // The size from the WebP's header: the variant is not decoded again.
+                    guard case .success(let size) = Result(catching: { () throws(CodecError) in try ImageDecoder.dimensions(bytes) })
+                    else { try fail("\(source): the stored variant is not a readable WebP", code: ExitCodes.storeFailure) }
+                    outputSize = size
+                    detail = " (stored as \(source) [\(variant)])"
                 }
             }
+            let elapsed = clock.now - start
+            if let output { try writeOutput(Data(bytes), to: output) }
             let ms = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
             printOut(
-                "\(decoded?.image.width ?? 0)×\(decoded?.image.height ?? 0) WebP, \(ByteCount(bytes.count)), "
-                    + String(format: "%.1f ms", ms) + detail)
+                "\(outputSize.0)×\(outputSize.1) WebP, \(ByteCount(bytes.count)), " + String(format: "%.1f ms", ms) + detail)
         }
     }
 }

@@ -5,6 +5,10 @@ import TroveCodec
 import TroveCore
 import TroveTestSupport
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Runs the built `trove` executable with whole command lines, as a person or script would.
 @Suite struct CLITests {
     func trove(_ arguments: [String], stdin: Data? = nil) throws -> ProcessOutput {
@@ -77,10 +81,14 @@ import TroveTestSupport
         try await withTemporaryDirectory { dir in
             let process = Process()
             process.executableURL = URL(fileURLWithPath: productsDirectory + "/trove")
-            process.arguments = ["stats", "--json"]
+            process.arguments = ["put", "https://x/1", "-"]
+            let input = Pipe()
+            process.standardInput = input
             process.environment = ["XDG_CACHE_HOME": dir + "/cache", "HOME": dir]
             process.standardOutput = Pipe()
             try process.run()
+            input.fileHandleForWriting.write(Data("v".utf8))
+            try input.fileHandleForWriting.close()
             process.waitUntilExit()
             #expect(process.terminationStatus == 0)
             #expect(FileManager.default.fileExists(atPath: dir + "/cache/trove/index.sqlite"))
@@ -91,7 +99,7 @@ import TroveTestSupport
         try await withTemporaryDirectory { dir in
             let store = dir + "/store"
             let missingFile = try trove(["put", "--store", store, "k", dir + "/nope.jpg"])
-            #expect(missingFile.status == 2)
+            #expect(missingFile.status == 66)
             #expect(missingFile.stderrText.hasPrefix("trove: cannot read \(dir)/nope.jpg"))
 
             let badArguments = try trove(["put", "--store", store])
@@ -100,7 +108,7 @@ import TroveTestSupport
             #expect(try trove(["put", "--store", store, "k", "-", "--expires-in", "-3"], stdin: Data()).status == 64)
 
             try Data("file".utf8).write(to: URL(fileURLWithPath: dir + "/plain"))
-            let notADirectory = try trove(["stats", "--store", dir + "/plain"])
+            let notADirectory = try trove(["put", "--store", dir + "/plain", "k", dir + "/plain"])
             #expect(notADirectory.status == 2)
             #expect(notADirectory.stderrText.contains("is not a directory"))
 
@@ -111,6 +119,92 @@ import TroveTestSupport
             #expect(locked.stderrText.contains("in use by process \(getpid())"))
             try holder.close()
             #expect(try trove(["ls", "--store", store]).status == 0)
+        }
+    }
+}
+
+/// The command line's answers to hostile or mistaken input: typed, with their own exit codes,
+/// and never a new store where one was only to be read.
+@Suite struct InputCommandTests {
+    func trove(_ arguments: [String], stdin: Data? = nil) throws -> ProcessOutput {
+        try runProcess(productsDirectory + "/trove", arguments, stdin: stdin)
+    }
+
+    /// Keys are text: two byte strings that are not UTF-8 must not collapse into one key.
+    @Test func argumentsThatAreNotUTF8AreRefused() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = dir + "/store"
+            let file = dir + "/f"
+            try Data("v".utf8).write(to: URL(fileURLWithPath: file))
+            // Process arguments are C strings: run through sh to pass raw bytes.
+            let run = try runProcess("/bin/sh", ["-c", "\"$0\" put --store \"$1\" \"$(printf 'k\\377')\" \"$2\"", productsDirectory + "/trove", store, file])
+            #expect(run.status == 64)
+            #expect(run.stderrText.contains("not valid UTF-8"))
+            #expect(!FileManager.default.fileExists(atPath: store + "/index.sqlite"))
+        }
+    }
+
+    @Test func inputFilesOfEveryKind() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = dir + "/store"
+            // A directory, a missing file: 66, and nothing stored.
+            let directory = try trove(["put", "--store", store, "k", dir])
+            #expect(directory.status == 66)
+            #expect(directory.stderrText.contains("is a directory"))
+            // A FIFO (as from `<(curl …)`) is read to its end.
+            #expect(mkfifo(dir + "/fifo", 0o644) == 0)
+            Thread.detachNewThread {
+                if let handle = FileHandle(forWritingAtPath: dir + "/fifo") {
+                    handle.write(Data("through a fifo".utf8))
+                    try? handle.close()
+                }
+            }
+            #expect(try trove(["put", "--store", store, "k", dir + "/fifo"]).status == 0)
+            #expect(try trove(["get", "--store", store, "k"]).stdout == Data("through a fifo".utf8))
+            // An output that cannot be written: 73, not "the store failed".
+            let output = try trove(["get", "--store", store, "k", "-o", dir])
+            #expect(output.status == 73)
+            #expect(output.stderrText.contains("cannot write"))
+        }
+    }
+
+    /// Reading a mistyped path is an error, not a new empty store.
+    @Test func readsDoNotCreateStores() async throws {
+        try await withTemporaryDirectory { dir in
+            for command in [["get", "k"], ["ls"], ["stats"], ["rm", "k"], ["fsck"], ["compact"]] {
+                let run = try trove([command[0], "--store", dir + "/typo"] + command.dropFirst())
+                #expect(run.status == 2, "\(command)")
+                #expect(run.stderrText.contains("no Trove store at"), "\(command): \(run.stderrText)")
+            }
+            #expect(!FileManager.default.fileExists(atPath: dir + "/typo"))
+        }
+    }
+
+    /// `--expires-in 9223372036854775` used to crash converting a Double to Int64.
+    @Test func anExpiryOutOfRangeIsAUsageError() async throws {
+        try await withTemporaryDirectory { dir in
+            let run = try trove(["put", "--store", dir + "/s", "k", "-", "--expires-in", "9223372036854775"], stdin: Data("v".utf8))
+            #expect(run.status == 64)
+            #expect(run.stderrText.contains("--expires-in"))
+        }
+    }
+
+    @Test func thumbOutputsObeyTheInputLimitsAndOptionsMustAgree() async throws {
+        try await withTemporaryDirectory { dir in
+            let png = dir + "/one.png"
+            try Data(try ImageEncoder.png(RGBAImage(width: 1, height: 1, pixels: [255, 0, 0, 255]))).write(to: URL(fileURLWithPath: png))
+            // Upscaled to 16383×16383 (268 MP) it would be over the 100 MP decode limit: refused
+            // before anything is allocated.
+            let huge = try trove(["thumb", png, "--upscale", "--size", "16383x16383"])
+            #expect(huge.status == 65)
+            #expect(huge.stderrText.contains("too large"))
+            #expect(try trove(["thumb", png, "--size", "64x64", "--lossless", "--quality", "50"]).status == 64)
+            let ok = try trove(["thumb", png, "--upscale", "--size", "64x64", "--lossless"])
+            #expect(ok.status == 0)
+            #expect(ok.stdoutText.hasPrefix("64×64 WebP"))
+            let garbage = dir + "/garbage.jpg"
+            try Data("not an image".utf8).write(to: URL(fileURLWithPath: garbage))
+            #expect(try trove(["thumb", garbage, "--size", "64x64"]).status == 65)
         }
     }
 }
@@ -240,7 +334,7 @@ import TroveTestSupport
             #expect(try trove(["thumb", file, "--size", "64x64", "--quality", "0"]).status == 64)
             try Data("not an image".utf8).write(to: URL(fileURLWithPath: dir + "/bad.jpg"))
             let bad = try trove(["thumb", dir + "/bad.jpg", "--size", "64x64"])
-            #expect(bad.status == 2)
+            #expect(bad.status == 65)
             #expect(bad.stderrText.contains("not JPEG, PNG or WebP"))
         }
     }

@@ -1,0 +1,363 @@
+import Foundation
+import Testing
+import TroveCore
+import TroveTestSupport
+
+@_spi(Testing) @testable import Trove
+@testable import TroveIndex
+@testable import TrovePack
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The reproductions an adversarial run against the engine found (issue 8), each as a test
+/// that failed before its fix. Small segments stand in for the issue's 64 MiB ones.
+@Suite struct ReliabilityCaseTests {
+    static let segmentSize: Int64 = 8 << 10
+    let old = Data(repeating: 0x11, count: 600)
+    let new = Data(repeating: 0x22, count: 600)
+    let big = Data(testBytes(seed: 3, count: 9 << 10))
+    let k = CacheKey(url: "https://x.example/k")
+
+    func open(_ dir: String, _ configure: (inout Store.Configuration) -> Void = { _ in }) throws -> Store {
+        try openStore(dir, segmentSize: Self.segmentSize) {
+            $0.compactionInterval = nil
+            configure(&$0)
+        }
+    }
+
+    /// The segment and offset of the blob record holding `data`.
+    func blobRecord(of data: Data, in dir: String) throws -> (segment: UInt32, offset: UInt64) {
+        let packs = dir + "/store/packs"
+        let hash = ContentHash(hashing: [UInt8](data))
+        for id in try PackDirectory.segmentIDs(in: packs) {
+            let file = try SegmentFile.open(id: id, in: packs, writable: false)
+            var found: UInt64?
+            _ = try SegmentScanner.scan(file) { if case .blob(let h, _, _) = $0.content, h == hash { found = $0.offset } }
+            if let found { return (id, found) }
+        }
+        throw StoreError(code: .io, message: "no blob record of that value")
+    }
+
+    /// 1. A damaged newest value is dropped, and no repair ever brings back the one before it.
+    @Test func repairNeverResurrectsAnOverwrittenValue() async throws {
+        try await withTemporaryDirectory { dir in
+            do {
+                let store = try open(dir)
+                try store.put(old, for: k)
+                try store.put(big, for: CacheKey(url: "https://x.example/big"))
+                try store.put(new, for: k)
+                try store.close()
+            }
+            let (segment, offset) = try blobRecord(of: new, in: dir)
+            #expect(segment >= 3)
+            try StoreFiles(root: dir).flip(StoreFiles(root: dir).segment(segment), at: Int(offset) + PackFormat.recordHeaderSize + 10)
+            let store = try open(dir)
+            #expect(throws: StoreError.self) { try store.data(for: k) }
+            for _ in 0..<2 {
+                _ = try store.fsck(repair: true)
+                #expect(try store.data(for: k) == nil)
+            }
+            #expect(try store.fsck().isClean)
+            try store.close()
+            _ = try Store.rebuildIndex(directory: dir + "/store")
+            #expect(try open(dir).data(for: k) == nil)
+        }
+    }
+
+    /// 2. A removed key stays removed when the segment holding its tombstone is lost.
+    @Test func aRemovedKeyStaysRemovedWhenItsTombstoneIsLost() async throws {
+        try await withTemporaryDirectory { dir in
+            do {
+                let store = try open(dir)
+                try store.put(old, for: k)
+                try store.put(big, for: CacheKey(url: "https://x.example/big"))
+                try store.remove(k)
+                try store.put(new, for: CacheKey(url: "https://x.example/z"))
+                try store.close()
+            }
+            let files = StoreFiles(root: dir)
+            try FileManager.default.removeItem(atPath: files.segment(try files.segmentIDs().last!))
+            let store = try open(dir)
+            #expect(try store.data(for: k) == nil)
+            for _ in 0..<2 {
+                _ = try store.fsck(repair: true)
+                #expect(try store.data(for: k) == nil)
+            }
+            try store.close()
+            _ = try Store.rebuildIndex(directory: dir + "/store")
+            #expect(try open(dir).data(for: k) == nil)
+        }
+    }
+
+    /// 3. An index row pointed at another key's blob, or with a damaged URL: the intact link
+    /// record is the truth, before repair (the row is refused), after it, and after a rebuild.
+    @Test func repairTrustsTheRecordsNotADamagedRow() async throws {
+        try await withTemporaryDirectory { dir in
+            let a = CacheKey(url: "https://x.example/a")
+            let b = CacheKey(url: "https://x.example/b")
+            do {
+                let store = try open(dir)
+                try store.put(old, for: a)
+                try store.put(new, for: b)
+                try store.close()
+            }
+            do {
+                let index = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: false)
+                let blobOfA = try #require(try index.entry(digest: a.digest)).entry.blobID
+                try index.connection.execute("UPDATE entries SET blob = \(blobOfA) WHERE url = '\(b.url)'")
+            }
+            let store = try open(dir)
+            let refused = #expect(throws: StoreError.self) { try store.data(for: b) }
+            #expect(refused?.code == .corruptRecord)
+            let found = try store.fsck()
+            #expect(found.findings.contains { $0.kind == .staleIndexRow })
+            _ = try store.fsck(repair: true)
+            #expect(try store.data(for: b) == new)
+            #expect(try store.data(for: a) == old)
+            // A flipped URL in b's row: b is found again from its link record.
+            try store.close()
+            do {
+                let index = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: false)
+                try index.connection.execute("UPDATE entries SET url = 'https://x.example/c' WHERE url = '\(b.url)'")
+            }
+            let reopened = try open(dir)
+            #expect(try reopened.data(for: b) == nil)
+            _ = try reopened.fsck(repair: true)
+            #expect(try reopened.data(for: b) == new)
+            try reopened.close()
+            _ = try Store.rebuildIndex(directory: dir + "/store")
+            let rebuilt = try open(dir)
+            #expect(try rebuilt.data(for: b) == new)
+            #expect(try rebuilt.data(for: a) == old)
+        }
+    }
+
+    /// 4. With the index lost and a damaged record in a sealed segment, opening scans past the
+    /// damage: every intact entry after it is kept, and the damage is reported.
+    @Test func aLostIndexAndDamageLoseOnlyTheDamagedEntry() async throws {
+        try await withTemporaryDirectory { dir in
+            let keys = (1...10).map { CacheKey(url: "https://x.example/k\($0)") }
+            do {
+                let store = try open(dir) { $0.segmentSize = 1 << 20 }
+                for (i, key) in keys.enumerated() { try store.put(Data(testBytes(seed: UInt64(i), count: 10_000)), for: key) }
+                try store.close()
+            }
+            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: dir + "/store/index.sqlite" + suffix) }
+            try StoreFiles(root: dir).flip(StoreFiles(root: dir).segment(1), at: 31_000)
+            let store = try open(dir) { $0.segmentSize = 1 << 20 }
+            #expect(store.recoveryReport.rebuiltIndex)
+            #expect(!store.recoveryReport.damage.isEmpty)
+            var served = 0
+            for (i, key) in keys.enumerated() {
+                if let data = try? store.data(for: key) {
+                    #expect(data == Data(testBytes(seed: UInt64(i), count: 10_000)))
+                    served += 1
+                }
+            }
+            #expect(served == 9)
+            #expect(try !store.unrepairedDamage().isEmpty)
+            #expect(!(try store.fsck().isClean))
+        }
+    }
+
+    /// 5. Swapped segment files are put back under their names; a store whose packs/ is gone
+    /// says so on every open and in fsck until it is repaired.
+    @Test func swappedOrLostSegmentsAreMatchedOrReported() async throws {
+        try await withTemporaryDirectory { dir in
+            let keys = (0..<20).map { CacheKey(url: "https://x.example/\($0)") }
+            do {
+                let store = try open(dir)
+                for (i, key) in keys.enumerated() { try store.put(Data(testBytes(seed: UInt64(i), count: 900)), for: key) }
+                try store.close()
+            }
+            let files = StoreFiles(root: dir)
+            try FileManager.default.moveItem(atPath: files.segment(1), toPath: files.packs + "/tmp")
+            try FileManager.default.moveItem(atPath: files.segment(2), toPath: files.segment(1))
+            try FileManager.default.moveItem(atPath: files.packs + "/tmp", toPath: files.segment(2))
+            do {
+                let store = try open(dir)
+                #expect(store.recoveryReport.renamedFiles.count == 2)
+                for (i, key) in keys.enumerated() { #expect(try store.data(for: key) == Data(testBytes(seed: UInt64(i), count: 900))) }
+                #expect(try store.fsck().findings.allSatisfy(\.repaired))
+                try store.close()
+            }
+            try FileManager.default.removeItem(atPath: files.packs)
+            for _ in 0..<2 {
+                let store = try open(dir)
+                #expect(!store.recoveryReport.missingSegments.isEmpty)
+                #expect(try !store.unrepairedDamage().isEmpty)
+                #expect(throws: StoreError.self) { try store.data(for: keys[0]) }
+                let report = try store.fsck()
+                #expect(report.findings.contains { $0.kind == .missingSegment && !$0.repaired })
+                try store.close()
+            }
+            let store = try open(dir)
+            _ = try store.fsck(repair: true)
+            #expect(try store.unrepairedDamage().isEmpty)
+            #expect(try store.fsck().isClean)
+            #expect(try store.data(for: keys[0]) == nil)
+        }
+    }
+
+    /// 6. An image whose bytes are records of another store (a link for a key of this store,
+    /// with huge sequence and blob ids): damage to the image's own record header, then repair
+    /// and a rebuild — the forged records are never taken for this store's.
+    @Test func recordsForgedInsideAPayloadNeverVerify() async throws {
+        try await withTemporaryDirectory { dir in
+            let bank = CacheKey(url: "https://bank.example/logo.png")
+            // The forgery: the pack of another store, where the bank key was written many times.
+            let other = try Store(directory: dir + "/other")
+            for i in 0..<300 { try other.put(Data("forged \(i)".utf8), for: bank) }
+            try other.close()
+            let forged = try Data(contentsOf: URL(fileURLWithPath: dir + "/other/packs/00000001.pack"))
+            let attacker = CacheKey(url: "https://evil.example/image.jpg")
+            do {
+                let store = try open(dir) { $0.segmentSize = 1 << 20 }
+                try store.put(Data("the real logo".utf8), for: bank)
+                try store.put(forged, for: attacker)
+                try store.close()
+            }
+            let (segment, offset) = try blobRecord(of: forged, in: dir)
+            for byte in [0, 5, 9, 30] {
+                try StoreFiles(root: dir).flip(StoreFiles(root: dir).segment(segment), at: Int(offset) + byte)
+            }
+            do {
+                let store = try open(dir) { $0.segmentSize = 1 << 20 }
+                _ = try store.fsck(repair: true)
+                #expect(try store.data(for: bank) == Data("the real logo".utf8))
+                try store.close()
+            }
+            _ = try Store.rebuildIndex(directory: dir + "/store")
+            let store = try open(dir) { $0.segmentSize = 1 << 20 }
+            #expect(try store.data(for: bank) == Data("the real logo".utf8))
+            #expect(try store.data(for: attacker) == nil)
+        }
+    }
+
+    /// 7. An expiry no store can record is a typed error, not a crash.
+    @Test func anExpiryOutOfRangeIsATypedError() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try open(dir)
+            for seconds in [9.3e15, -9.3e15, Double.infinity, 1e300] {
+                let error = #expect(throws: StoreError.self) {
+                    try store.put(old, for: k, metadata: EntryMetadata(expiresAt: Date(timeIntervalSince1970: seconds)))
+                }
+                #expect(error?.code == .invalidArgument)
+            }
+            try store.put(old, for: k, metadata: EntryMetadata(expiresAt: .distantFuture))
+            #expect(try store.data(for: k) == old)
+            // A default time to live too long to add saturates to "forever".
+            try store.close()
+            let forever = try open(dir) { $0.defaultTimeToLive = .seconds(Int64.max) }
+            try forever.put(new, for: k)
+            #expect(try forever.data(for: k) == new)
+        }
+    }
+
+    /// 8. The store's own files are never followed out of its directory.
+    @Test func noStoreFileFollowsALinkOutOfTheStore() async throws {
+        try await withTemporaryDirectory { dir in
+            let outside = dir + "/outside"
+            try Data("precious".utf8).write(to: URL(fileURLWithPath: outside))
+            try FileManager.default.createDirectory(atPath: dir + "/store", withIntermediateDirectories: true)
+            try FileManager.default.createSymbolicLink(atPath: dir + "/store/LOCK", withDestinationPath: outside)
+            let lock = #expect(throws: StoreError.self) { try open(dir) }
+            #expect(lock?.message.contains("symbolic link") == true)
+            #expect(try Data(contentsOf: URL(fileURLWithPath: outside)) == Data("precious".utf8))
+            try FileManager.default.removeItem(atPath: dir + "/store/LOCK")
+            // packs/ and index.sqlite as links: refused too.
+            try FileManager.default.createDirectory(atPath: dir + "/elsewhere", withIntermediateDirectories: true)
+            try FileManager.default.createSymbolicLink(atPath: dir + "/store/packs", withDestinationPath: dir + "/elsewhere")
+            #expect(throws: StoreError.self) { try open(dir) }
+            try FileManager.default.removeItem(atPath: dir + "/store/packs")
+            try FileManager.default.createSymbolicLink(atPath: dir + "/store/index.sqlite", withDestinationPath: outside)
+            #expect(throws: StoreError.self) { try open(dir) }
+            #expect(try Data(contentsOf: URL(fileURLWithPath: outside)) == Data("precious".utf8))
+            #expect(try FileManager.default.contentsOfDirectory(atPath: dir + "/elsewhere").isEmpty)
+        }
+    }
+
+    /// 10. fsck past damage reads the segment once through, however large the damaged record.
+    @Test func fsckPastDamageIsLinear() async throws {
+        try await withTemporaryDirectory { dir in
+            let reads = Locked(0)
+            let faults = FaultInjector { operation, _ in
+                if operation == .read { reads.withLock { $0 += 1 } }
+                return nil
+            }
+            let store = try open(dir) {
+                $0.segmentSize = 128 << 20
+                $0.faultInjector = faults
+            }
+            try store.put(Data(repeating: 7, count: 48 << 20), for: k)
+            try store.put(old, for: CacheKey(url: "https://x.example/after"))
+            try store.close()
+            try StoreFiles(root: dir).flip(StoreFiles(root: dir).segment(1), at: 1000)
+            let reopened = try open(dir) {
+                $0.segmentSize = 128 << 20
+                $0.faultInjector = faults
+            }
+            reads.withLock { $0 = 0 }
+            let report = try reopened.fsck()
+            #expect(report.findings.contains { $0.kind == .corruptRecord })
+            #expect(reads.withLock { $0 } < 3 * 48 + 20, "\(reads.withLock { $0 }) reads for 48 MiB")
+        }
+    }
+
+    /// 12. Smaller findings of the same run.
+    @Test func twoRebuildsInOneSecondKeepBothOldIndexes() async throws {
+        try await withTemporaryDirectory { dir in
+            do { try open(dir).put(old, for: k) }
+            _ = try Store.rebuildIndex(directory: dir + "/store") { _ in }
+            _ = try Store.rebuildIndex(directory: dir + "/store") { _ in }
+            let kept = try FileManager.default.contentsOfDirectory(atPath: dir + "/store").filter {
+                $0.hasPrefix("index.sqlite.damaged-") && !$0.hasSuffix("-wal") && !$0.hasSuffix("-shm")
+            }
+            #expect(kept.count == 2)
+            #expect(try open(dir).data(for: k) == old)
+        }
+    }
+
+    @Test func aSegmentReplacedByADirectoryIsReportedAndRepaired() async throws {
+        try await withTemporaryDirectory { dir in
+            let keys = (0..<20).map { CacheKey(url: "https://x.example/\($0)") }
+            do {
+                let store = try open(dir)
+                for (i, key) in keys.enumerated() { try store.put(Data(testBytes(seed: UInt64(i), count: 900)), for: key) }
+                try store.close()
+            }
+            let files = StoreFiles(root: dir)
+            try FileManager.default.removeItem(atPath: files.segment(1))
+            try FileManager.default.createDirectory(atPath: files.segment(1), withIntermediateDirectories: false)
+            let store = try open(dir)
+            #expect(store.recoveryReport.missingSegments == [1])
+            let error = #expect(throws: StoreError.self) { try store.data(for: keys[0]) }
+            #expect(error?.code == .missingSegment)
+            #expect(try store.data(for: keys[19]) == Data(testBytes(seed: 19, count: 900)))
+            _ = try store.fsck(repair: true)
+            #expect(try store.fsck().isClean)
+            try store.put(new, for: keys[0])
+            #expect(try store.data(for: keys[0]) == new)
+        }
+    }
+
+    @Test func anEntryPastItsExpiryIsAMissBeforeTheCompactorRuns() async throws {
+        try await withTemporaryDirectory { dir in
+            let clock = TestClock(start: 1_000_000)
+            let store = try open(dir) { $0.clock = clock.now }
+            try store.put(old, for: k, metadata: EntryMetadata(expiresAt: Date(timeIntervalSince1970: 1_010)))
+            #expect(try store.data(for: k) == old)
+            clock.advance(by: 10_000)
+            #expect(try store.data(for: k) == nil)
+            #expect(try store.info(for: k) == nil)
+            #expect(try !store.contains(k))
+            // Still removable, and gone from disk at the next pass.
+            #expect(try store.remove(k))
+            try store.close()
+            let reopened = try open(dir) { $0.clock = clock.now }
+            #expect(try reopened.data(for: k) == nil)
+        }
+    }
+}
