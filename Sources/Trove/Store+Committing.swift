@@ -34,7 +34,10 @@ extension Store {
             }
             state.lastReadTimeFlush = now
         }
-        guard !snapshot.isEmpty || !readTimes.isEmpty || snapshot.sequence != state.committedSequence else { return }
+        guard !snapshot.isEmpty || !readTimes.isEmpty || snapshot.sequence != state.committedSequence
+            || state.deferredReplay != nil
+        else { return }
+        var superseded: [LinkRecord] = []
         let index = state.index
         do {
             if configuration.durability != .none {
@@ -44,6 +47,8 @@ extension Store {
             }
             try index.begin()
             do {
+                // What opening could not write comes first: the queued writes are newer.
+                if let deferred = state.deferredReplay { superseded = try deferred.apply(to: index).supersede }
                 for id in snapshot.created {
                     try index.insertSegment(id: id, indexedBytes: UInt64(PackFormat.segmentHeaderSize))
                 }
@@ -67,6 +72,15 @@ extension Store {
             throw StoreError(index: error)
         }
         state.committedSequence = snapshot.sequence
+        if state.deferredReplay != nil {
+            state.deferredReplay = nil
+            shared.withLock { $0.pinned.removeAll() }
+            // Older values whose newer write the replay found lost: tombstones, committed by the
+            // next cycle.
+            for link in superseded {
+                _ = try? withAppender { (appender) throws(StoreError) in _ = try appendTombstone(for: link.key, to: appender) }
+            }
+        }
         // Every slot of a committed write is answered by the index now; keep only the slots of
         // writes still queued when the map is over its limit, and drop committed removals.
         let limit = configuration.locationCacheLimit

@@ -85,7 +85,7 @@ extension Store {
         // yet flushed is taken from memory, in the same lock hold that notes this read.
         let now = configuration.clock()
         let (slot, previousRead, generation, closed) = shared.withLock { state in
-            let slot = state.slots[key]
+            let slot = state.slots[key] ?? state.pinned[key]
             let previous = state.readTimes[key]
             if noteRead, case .present(let found) = slot, !found.isExpired(at: now) { state.readTimes[key] = now }
             return (slot, previous, state.generation, state.isClosed)

@@ -115,14 +115,18 @@ public final class Store: Sendable {
             AppendState(
                 pack: opened.pack, nextSequence: opened.nextSequence, format: opened.pack.segment.format,
                 faults: configuration.faultInjector))
-        self.committer = Locked(CommitState(index: opened.index, committedSequence: opened.nextSequence))
+        let commitState = CommitState(index: opened.index, committedSequence: opened.nextSequence)
+        commitState.deferredReplay = opened.deferred
+        self.committer = Locked(commitState)
+        if let deferred = opened.deferred { shared.withLock { $0.pinned = deferred.slots() } }
         self.readers = ReaderPool(path: directory + "/index.sqlite", capacity: configuration.readerConnections)
         self.processLock = Locked(lock)
         background.store = self
         // Older links whose newer write is lost must never be replayed again: tombstones over
         // them make that part of the packs.
         if !opened.supersede.isEmpty {
-            try supersede(opened.supersede)
+            // Best effort (a full disk refuses it): fsck finds the damage again and writes them.
+            do { try supersede(opened.supersede) } catch { shared.withLock { $0.backgroundError = error } }
         }
         background.start(interval: min(configuration.batchInterval, configuration.accessTimeFlushInterval))
     }
@@ -158,7 +162,15 @@ public final class Store: Sendable {
         }
         var failure: (any Error)?
         if wasOpen {
-            do { try commitPending(flushReadTimes: true) } catch { failure = error }
+            do {
+                try commitPending(flushReadTimes: true)
+            } catch {
+                // Only the writes this process acknowledged make a failed last commit an error
+                // of close: read times are advisory, and a replay opening deferred is found in
+                // the packs again at the next open.
+                let queued = appender.withLock { !$0.queue.isEmpty }
+                if queued { failure = error }
+            }
         }
         committer.withLock { slot in
             if let state = slot {

@@ -33,6 +33,10 @@ public struct IndexError: Error, Sendable, CustomStringConvertible {
         self.sql = sql
     }
 
+    /// Whether SQLite failed for lack of space or on a write to the disk (`SQLITE_FULL`,
+    /// `SQLITE_IOERR`): a failure that may pass when space is freed.
+    public var isOutOfSpace: Bool { resultCode == 13 || resultCode == 10 }
+
     public var description: String {
         var s = "\(code): \(message)"
         if resultCode != 0 { s += " (SQLite code \(resultCode)/\(extendedResultCode))" }

@@ -61,6 +61,11 @@ final class AppendState: @unchecked Sendable {
         do {
             file = try SegmentFile.create(id: id, in: packs, createdAt: createdAt, format: format, synchronize: false, faults: faults)
         } catch {
+            // A file created without its whole header holds nothing: remove it (best effort) so
+            // that the next rotation can create the segment again.
+            if let size = PackDirectory.segmentSize(id, in: packs), size < UInt64(PackFormat.segmentHeaderSize) {
+                try? PackDirectory.removeSegment(id, in: packs)
+            }
             throw StoreError(pack: error)
         }
         rotated.append((old, pack.end))

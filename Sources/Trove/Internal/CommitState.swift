@@ -13,6 +13,9 @@ final class CommitState: @unchecked Sendable {
     var lastReadTimeFlush = ContinuousClock.now
     /// Set by close().
     var isClosed = false
+    /// The replay opening could not write (a full disk): the next commit cycle applies it first,
+    /// in its own transaction.
+    var deferredReplay: Recovery.ReplayPlan?
 
     init(index: IndexDatabase, committedSequence: UInt64) {
         self.index = index

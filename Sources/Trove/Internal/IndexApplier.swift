@@ -100,6 +100,11 @@ struct IndexApplier {
 
     /// The entry row of `link`, whose record is at `location`.
     func row(for link: LinkRecord, digest: ContentHash, location: RecordLocation, accessedAt: Int64) -> EntryRow {
+        Self.row(for: link, digest: digest, location: location, accessedAt: accessedAt)
+    }
+
+    /// The entry row of `link`, whose record is at `location`.
+    static func row(for link: LinkRecord, digest: ContentHash, location: RecordLocation, accessedAt: Int64) -> EntryRow {
         EntryRow(
             keyDigest: digest, url: link.url, variant: link.variant, blobID: Int64(bitPattern: link.blobID),
             linkSegment: location.segment, linkOffset: location.offset, linkLength: location.length,

@@ -20,6 +20,8 @@ extension Store {
         /// Links that a newer write superseded but whose newer record is lost: tombstones over
         /// them are appended right after opening, so no later replay can serve them.
         var supersede: [LinkRecord]
+        /// The replay that could not be written for lack of space (nil normally).
+        var deferred: Recovery.ReplayPlan?
     }
 
     static func recover(
@@ -33,7 +35,7 @@ extension Store {
             let pack = try recovery.run(rebuilding: evidence, progress: progress)
             return Opened(
                 index: index, pack: pack, nextSequence: recovery.nextSequence, report: recovery.report,
-                supersede: recovery.supersede)
+                supersede: recovery.supersede, deferred: recovery.deferred)
         } catch let error as StoreError {
             throw error
         } catch {
@@ -51,6 +53,9 @@ struct Recovery {
     var report = RecoveryReport()
     var nextSequence: UInt64 = 0
     var supersede: [LinkRecord] = []
+    /// What opening could not write for lack of space: applied by the first commit cycle that
+    /// finds it.
+    var deferred: ReplayPlan?
     private var damageRows: [DamageRow] = []
     private var faults: FaultInjector? { configuration.faultInjector }
 
@@ -80,32 +85,121 @@ struct Recovery {
         let rows = try index.segments()
         let committed = try index.committedSequence()
         let lostIndex = rows.isEmpty && committed == nil && !(placement.headers.isEmpty && placement.unreadable.isEmpty)
-        return try index.writing {
-            if stored != secret { try index.setSecret(first: secret.first, second: secret.second) }
-            let writer: PackWriter
-            if let evidence {
-                writer = try rebuild(placement, evidence: evidence, format: format, asked: true, progress: progress)
-            } else if lostIndex {
-                writer = try rebuild(placement, evidence: IndexEvidence(), format: format, asked: false, progress: progress)
-            } else {
-                writer = try replay(rows, committed: committed ?? 0, placement: placement, format: format)
+        if evidence != nil || lostIndex {
+            return try index.writing {
+                if stored != secret { try index.setSecret(first: secret.first, second: secret.second) }
+                let writer = try rebuild(
+                    placement, evidence: evidence ?? IndexEvidence(), format: format, asked: evidence != nil, progress: progress)
+                for row in damageRows { try index.recordDamage(row) }
+                try index.setCommittedSequence(nextSequence)
+                return writer
             }
-            for row in damageRows { try index.recordDamage(row) }
-            try index.setCommittedSequence(nextSequence)
-            return writer
         }
+        // The usual open: plan without writing, then write only what changed — so that a store
+        // opens, and reads, on a full disk.
+        var (plan, writer) = try planReplay(rows, committed: committed ?? 0, placement: placement, format: format)
+        plan.secret = stored != secret ? secret : nil
+        do {
+            if !plan.isEmpty {
+                let applied = try index.writing { try plan.apply(to: index) }
+                report.replayedRecords += applied.replayed
+                report.droppedEntries += applied.dropped
+                supersede += applied.supersede
+            }
+        } catch let error as IndexError where error.isOutOfSpace {
+            // Nothing could be written. The store opens on what the index has; what the tails
+            // hold is served from memory and goes into the index with the first commit that
+            // finds space (Store+Committing).
+            deferred = plan
+        }
+        nextSequence = plan.nextSequence
+        return writer
     }
 
     // MARK: Replay (the index is there)
 
-    private mutating func replay(
+    /// What opening a store with its index must write to the index. Made without writing, so
+    /// that it can be applied at once or — when the disk is full — deferred to the first
+    /// commit cycle that finds space, in the same transaction as that cycle's writes.
+    struct ReplayPlan: Sendable {
+        /// Segments created after the index's last commit, with their header sizes.
+        var newSegments: [(id: UInt32, headerSize: UInt64)] = []
+        /// How far the index reflects each tail, once replayed.
+        var indexedBytes: [UInt32: UInt64] = [:]
+        /// Segments to mark sealed.
+        var sealing: [UInt32] = []
+        /// Blobs of the tails the index lacks.
+        var blobs: [(id: UInt64, copy: BlobCopy)] = []
+        /// What each key the tails touch resolves to.
+        var resolutions: [(digest: ContentHash, resolution: KeyResolution)] = []
+        /// Damage to record, new since the index last recorded it.
+        var damage: [DamageRow] = []
+        /// The store secret, when the index does not have it yet.
+        var secret: PackSecret?
+        /// The sequence counter the index had, and the one after replaying.
+        var committedSequence: UInt64 = 0
+        var nextSequence: UInt64 = 0
+
+        var isEmpty: Bool {
+            newSegments.isEmpty && indexedBytes.isEmpty && sealing.isEmpty && blobs.isEmpty && resolutions.isEmpty
+                && damage.isEmpty && secret == nil && nextSequence == committedSequence
+        }
+
+        /// What each key the plan resolves is, for the location map while the plan waits.
+        func slots() -> [CacheKey: SharedState.Slot] {
+            var slots: [CacheKey: SharedState.Slot] = [:]
+            for (_, resolution) in resolutions {
+                switch resolution {
+                case .entry(let link, let location, let blob):
+                    let row = IndexApplier.row(for: link, digest: link.key.digest, location: location, accessedAt: link.createdAt)
+                    let blobRow = BlobRow(
+                        id: Int64(bitPattern: link.blobID), hash: blob.hash, length: blob.payloadLength,
+                        segment: blob.location.segment, offset: blob.location.offset, recordBytes: blob.location.length,
+                        references: 1)
+                    slots[link.key] = .present(IndexedEntry(entry: row, blob: blobRow))
+                case .lost(let older?, _): slots[older.key] = .removed
+                case .unreflected(let link, _): slots[link.key] = .removed
+                case .absent, .lost: break
+                }
+            }
+            return slots
+        }
+
+        /// Writes the plan into `index` (in the caller's transaction).
+        func apply(to index: IndexDatabase) throws -> (replayed: Int, dropped: [CacheKey], supersede: [LinkRecord]) {
+            if let secret { try index.setSecret(first: secret.first, second: secret.second) }
+            for segment in newSegments { try index.insertSegment(id: segment.id, indexedBytes: segment.headerSize) }
+            for (id, bytes) in indexedBytes.sorted(by: { $0.key < $1.key }) { try index.setIndexedBytes(bytes, segment: id) }
+            let applier = IndexApplier(index: index)
+            var replayed = 0
+            var dropped: [CacheKey] = []
+            var supersede: [LinkRecord] = []
+            for (id, copy) in blobs where try applier.insertBlob(id: id, copy) { replayed += 1 }
+            for (digest, resolution) in resolutions {
+                switch try applier.apply(resolution, digest: digest) {
+                case .applied: replayed += 1
+                case .dropped(let key): dropped.append(key)
+                case .unchanged: break
+                }
+                if case .lost(let older?, _) = resolution { supersede.append(older) }
+            }
+            for id in sealing { try index.sealSegment(id) }
+            for row in damage { try index.recordDamage(row) }
+            if nextSequence != committedSequence { try index.setCommittedSequence(nextSequence) }
+            return (replayed, dropped, supersede)
+        }
+    }
+
+    private mutating func planReplay(
         _ rows: [SegmentRow], committed: UInt64, placement: SegmentPlacement, format: SegmentFormat
-    ) throws -> PackWriter {
+    ) throws -> (ReplayPlan, PackWriter) {
         let now = configuration.clock()
-        nextSequence = committed
+        var plan = ReplayPlan()
+        plan.committedSequence = committed
         var tails: [(id: UInt32, file: SegmentFile, from: UInt64)] = []
         var sealing: [UInt32] = []
         let named = Set(rows.map(\.id))
+        let recorded = Set(try index.damage().map { "\($0.kind) \($0.segment) \($0.start)" })
 
         // 1. The segments the index names: only their headers and sizes are read.
         for row in rows {
@@ -140,7 +234,7 @@ struct Recovery {
         let knownMax = rows.map(\.id).max() ?? 0
         for id in placement.headers.keys.sorted() where !named.contains(id) && id > knownMax {
             let file = try SegmentFile.open(id: id, in: packs, writable: true, faults: faults)
-            try index.insertSegment(id: id, indexedBytes: file.headerSize)
+            plan.newSegments.append((id, file.headerSize))
             tails.append((id, file, file.headerSize))
         }
         for (id, why) in placement.unreadable.sorted(by: { $0.key < $1.key }) where !named.contains(id) {
@@ -150,7 +244,8 @@ struct Recovery {
                     + "`trove fsck --repair` salvages what is intact in it", at: now)
         }
 
-        // 3. Fold the tails past what the index reflects; cut torn tails, never anything else.
+        // 3. Fold the tails past what the index reflects; cut torn tails (a truncation needs
+        //    no space), never anything else.
         var fold = RecordFold()
         tails.sort { $0.id < $1.id }
         for tail in tails {
@@ -166,14 +261,13 @@ struct Recovery {
                 recordDamage(range, segment: tail.id, at: now)
                 if !sealing.contains(tail.id) { sealing.append(tail.id) }
             }
-            try index.setIndexedBytes(end, segment: tail.id)
+            if end != tail.from { plan.indexedBytes[tail.id] = end }
         }
 
         // 4. Resolve every key the tails touch, against the index's rows (trusted here: they
         //    stand for the records outside the tails).
-        let applier = IndexApplier(index: index)
-        for (id, copy) in fold.blobs.sorted(by: { $0.key < $1.key }) {
-            if try applier.insertBlob(id: id, copy) { report.replayedRecords += 1 }
+        for (id, copy) in fold.blobs.sorted(by: { $0.key < $1.key }) where try index.blob(id: Int64(bitPattern: id)) == nil {
+            plan.blobs.append((id, copy))
         }
         var evidence = IndexEvidence(committedSequence: committed)
         for digest in fold.keys(evidence: evidence) {
@@ -188,15 +282,9 @@ struct Recovery {
             }
         }
         for digest in fold.keys(evidence: evidence).sorted() {
-            let resolution = fold.resolve(digest, evidence: evidence)
-            switch try applier.apply(resolution, digest: digest) {
-            case .applied: report.replayedRecords += 1
-            case .dropped(let key): report.droppedEntries.append(key)
-            case .unchanged: break
-            }
-            if case .lost(let older?, _) = resolution { supersede.append(older) }
+            plan.resolutions.append((digest, fold.resolve(digest, evidence: evidence)))
         }
-        nextSequence = max(committed, fold.nextSequence)
+        plan.nextSequence = max(committed, fold.nextSequence)
 
         // 5. The active segment: the newest unsealed one, if it is whole and of the current
         //    version. The others are sealed.
@@ -206,13 +294,23 @@ struct Recovery {
         let synchronize = configuration.durability != .none
         for tail in tails where tail.id != active?.id {
             if synchronize && !sealing.contains(tail.id) { try tail.file.synchronize() }
-            try index.sealSegment(tail.id)
+            sealing.append(tail.id)
         }
-        for id in sealing where !tails.contains(where: { $0.id == id }) { try index.sealSegment(id) }
+        plan.sealing = Array(Set(sealing).intersection(named.union(plan.newSegments.map(\.id)))).sorted()
+        plan.damage = damageRows.filter { !recorded.contains("\($0.kind) \($0.segment) \($0.start)") }
+        damageRows = []
+        let writer: PackWriter
         if let active {
-            return PackWriter(segment: active.file, end: try active.file.size(), segmentSizeLimit: segmentLimit)
+            writer = PackWriter(segment: active.file, end: try active.file.size(), segmentSizeLimit: segmentLimit)
+        } else {
+            // A new segment's row is part of the plan too.
+            let file = try SegmentFile.create(
+                id: newestID + 1, in: packs, createdAt: configuration.clock(), format: format,
+                synchronize: configuration.durability != .none, faults: faults)
+            plan.newSegments.append((file.id, file.headerSize))
+            writer = PackWriter(segment: file, end: file.headerSize, segmentSizeLimit: segmentLimit)
         }
-        return try createActiveSegment(id: newestID + 1, format: format)
+        return (plan, writer)
     }
 
     // MARK: Rebuild (the index is lost, or being rebuilt)

@@ -73,6 +73,15 @@ struct SegmentPlacement {
         }
         for (name, header) in pending {
             let target = PackFormat.fileName(forSegment: header.id)
+            if placement.headers[header.id] == nil, placement.unreadable[header.id] != nil,
+                PackDirectory.kind(of: target, in: packs) != nil
+            {
+                // The name is held by a file with no valid header: the file whose header names
+                // that id is the segment. The other is set aside.
+                let to = try PackDirectory.quarantine(target, suffix: "damaged", in: packs, faults: faults)
+                placement.setAside.append((target, to, "it has no valid header, and another file is segment \(header.id)"))
+                placement.unreadable[header.id] = nil
+            }
             if placement.headers[header.id] == nil, PackDirectory.kind(of: target, in: packs) == nil {
                 try PackDirectory.rename(name, to: target, in: packs, faults: faults)
                 placement.headers[header.id] = header

@@ -21,6 +21,10 @@ struct SharedState {
     /// Recently written or read keys. Emptied only right after a commit, when every slot is
     /// committed and the index answers for all of them.
     var slots: [CacheKey: Slot] = [:]
+    /// Keys whose state opening found in the packs but could not write to the index (a full
+    /// disk): looked up after `slots` and before the index, until the commit cycle that applies
+    /// that replay empties it.
+    var pinned: [CacheKey: Slot] = [:]
     /// Incremented by every write to `slots` made by a put or remove.
     var generation: UInt64 = 0
     /// Read times not yet flushed to the index, by key.
