@@ -237,6 +237,15 @@ struct Recovery {
             plan.newSegments.append((id, file.headerSize))
             tails.append((id, file, file.headerSize))
         }
+        // Older files the index does not name: a segment the compactor had rewritten when a crash
+        // came between its index commit and the unlink (every record in it is reflected, or
+        // superseded). Registered sealed, without being read: the compactor reclaims it, and
+        // fsck judges its records like any others.
+        for id in placement.headers.keys.sorted() where !named.contains(id) && id < knownMax {
+            guard let size = PackDirectory.segmentSize(id, in: packs) else { continue }
+            plan.newSegments.append((id, size))
+            plan.sealing.append(id)
+        }
         for (id, why) in placement.unreadable.sorted(by: { $0.key < $1.key }) where !named.contains(id) {
             recordDamage(
                 .missingSegment, segment: id, start: 0, end: 0,
@@ -296,7 +305,7 @@ struct Recovery {
             if synchronize && !sealing.contains(tail.id) { try tail.file.synchronize() }
             sealing.append(tail.id)
         }
-        plan.sealing = Array(Set(sealing).intersection(named.union(plan.newSegments.map(\.id)))).sorted()
+        plan.sealing = Array(Set(sealing + plan.sealing).intersection(named.union(plan.newSegments.map(\.id)))).sorted()
         plan.damage = damageRows.filter { !recorded.contains("\($0.kind) \($0.segment) \($0.start)") }
         damageRows = []
         let writer: PackWriter
