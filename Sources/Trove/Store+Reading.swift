@@ -97,9 +97,33 @@ extension Store {
         case .removed: return nil
         case nil: break
         }
-        let found = try readIndex { try $0.entry(digest: key.digest) }
-        guard let found, found.entry.key == key else { return nil }
-        if verifying { try verifyLink(of: found, key: key) }
+        let lookedUp = try readIndex { try $0.entry(digest: key.digest) }
+        guard var row = lookedUp, row.entry.key == key else { return nil }
+        if verifying {
+            do {
+                try verifyLink(of: row, key: key)
+            } catch where error.code == .corruptRecord || error.code == .missingSegment {
+                // The compactor may have moved the link (and deleted the old file) since the row
+                // was read: look once more before calling it damage.
+                let again = try readIndex { try $0.entry(digest: key.digest) }
+                guard let fresh = again, fresh.entry.key == key else { return nil }
+                do throws(StoreError) {
+                    guard fresh.entry.linkSegment != row.entry.linkSegment || fresh.entry.linkOffset != row.entry.linkOffset
+                    else { throw error }
+                    try verifyLink(of: fresh, key: key)
+                    row = fresh
+                } catch {
+                    let entry = fresh.entry
+                    if error.code == .corruptRecord {
+                        recordDamage(
+                            .staleIndexRow, segment: entry.linkSegment, offset: entry.linkOffset,
+                            end: entry.linkOffset + entry.linkLength, error.message)
+                    }
+                    throw error
+                }
+            }
+        }
+        let found = row
         let expired = found.isExpired(at: now)
         shared.withLock { state in
             // Only if no write touched the map since this read began: the row cannot be stale.
@@ -112,8 +136,8 @@ extension Store {
     }
 
     /// Checks that the link record `found` points at is intact and says what the row says: the
-    /// key, the sequence, the blob and the metadata. Otherwise the row is not served: the
-    /// mismatch is recorded for `trove fsck --repair` and the read throws `.corruptRecord`.
+    /// key, the sequence, the blob and the metadata; throws `.corruptRecord` (or
+    /// `.missingSegment`) otherwise.
     func verifyLink(of found: IndexedEntry, key: CacheKey) throws(StoreError) {
         let row = found.entry
         let failure: String
@@ -144,7 +168,6 @@ extension Store {
             failure = "\(error)"
         }
         let message = "\(key): \(failure) (segment \(row.linkSegment) offset \(row.linkOffset)); not served — run `trove fsck --repair`"
-        recordDamage(.staleIndexRow, segment: row.linkSegment, offset: row.linkOffset, end: row.linkOffset + row.linkLength, message)
         throw StoreError(code: .corruptRecord, message: message, key: key)
     }
 
