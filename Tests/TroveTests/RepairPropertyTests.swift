@@ -256,12 +256,7 @@ import TroveTestSupport
         }
 
         func flip(_ path: String, at offset: Int, mask: UInt8) throws {
-            let handle = try FileHandle(forUpdating: URL(fileURLWithPath: path))
-            defer { try? handle.close() }
-            try handle.seek(toOffset: UInt64(offset))
-            let byte = try handle.read(upToCount: 1)?.first ?? 0
-            try handle.seek(toOffset: UInt64(offset))
-            try handle.write(contentsOf: [byte ^ mask])
+            try StoreFiles(root: "").flip(path, at: offset, mask: mask)
         }
 
         /// Where the blob record holding the attacker's value is.
