@@ -161,7 +161,7 @@ struct FsckRun {
         // 2. The index's rows as evidence: a row vouched for by the intact link it points at
         //    counts for that link's key, whatever its own key columns say.
         let rows = try index.entryRows()
-        var evidence = IndexEvidence(committedSequence: indexIsSound ? try index.committedSequence() : nil)
+        var evidence = IndexEvidence(committedSequence: indexIsSound ? try index.committedSequence()?.higher : nil)
         var rowByDigest: [ContentHash: EntryRow] = [:]
         var strayRows: [EntryRow] = []
         for row in rows {
@@ -176,7 +176,7 @@ struct FsckRun {
             } else {
                 rowByDigest[digest] = row
             }
-            evidence.claims[digest] = max(evidence.claims[digest] ?? 0, row.sequence)
+            evidence.claim(digest, sequence: row.sequence, at: (row.linkSegment, row.linkOffset))
             evidence.accessTimes[digest] = max(evidence.accessTimes[digest] ?? 0, row.accessedAt)
         }
         for row in strayRows {
@@ -195,10 +195,10 @@ struct FsckRun {
             let row = rowByDigest[digest]
             // The index may point at either copy of a record an interrupted compaction copied.
             if case .entry(let link, _, let blob) = resolution, let row,
-                fold.isCopy(ofLink: digest, sequence: link.sequence, atSegment: row.linkSegment, offset: row.linkOffset)
+                fold.isCopy(ofLink: digest, sequence: link.sequence, atSegment: row.linkSegment, offset: row.linkOffset),
+                let (copy, _) = fold.record(atSegment: row.linkSegment, offset: row.linkOffset)
             {
-                resolution = .entry(
-                    link, link: RecordLocation(segment: row.linkSegment, offset: row.linkOffset, length: row.linkLength), blob: blob)
+                resolution = .entry(link, link: copy, blob: blob)
             }
             resolutions.append((digest, resolution))
             switch resolution {

@@ -99,9 +99,9 @@ extension Store {
             return evidence
         }
         let sound = (try? index.integrityCheck()) == ["ok"]
-        if sound, let committed = try? index.committedSequence() { evidence.committedSequence = committed }
+        if sound, let committed = try? index.committedSequence() { evidence.committedSequence = committed.higher }
         for row in (try? index.entryRows()) ?? [] where row.key.digest == row.keyDigest {
-            evidence.claims[row.keyDigest] = max(evidence.claims[row.keyDigest] ?? 0, row.sequence)
+            evidence.claim(row.keyDigest, sequence: row.sequence, at: (row.linkSegment, row.linkOffset))
             evidence.accessTimes[row.keyDigest] = row.accessedAt
         }
         return evidence

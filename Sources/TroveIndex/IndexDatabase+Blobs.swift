@@ -62,7 +62,7 @@ extension IndexDatabase {
             (r) throws(IndexError) in
             out.append(
                 SegmentRow(
-                    id: UInt32(truncatingIfNeeded: r.int64(0)), indexedBytes: UInt64(bitPattern: r.int64(1)),
+                    id: UInt32(truncatingIfNeeded: r.int64(0)), indexedBytes: r.position(1),
                     liveBytes: r.int64(2), isSealed: r.int64(3) != 0))
             return true
         }
@@ -89,7 +89,9 @@ extension IndexDatabase {
     /// Changes the live bytes of segment `id` by `delta` (written when the transaction commits).
     public func addLiveBytes(_ delta: Int64, segment id: UInt32) throws(IndexError) {
         guard delta != 0 else { return }
-        liveByteDeltas[id, default: 0] += delta
+        // Saturating: a damaged length must not trap (fsck recomputes the counts anyway).
+        let (sum, overflow) = liveByteDeltas[id, default: 0].addingReportingOverflow(delta)
+        liveByteDeltas[id] = overflow ? (delta < 0 ? .min : .max) : sum
     }
 
     /// Writes the accumulated live-byte changes, one statement per segment.

@@ -76,7 +76,7 @@ extension IndexDatabase {
             UNION SELECT link_offset FROM entries WHERE link_segment = ?1 AND link_offset >= ?2 ORDER BY 1
             """
         ).query([.integer(Int64(segment)), .integer(Int64(offset))]) { (r) throws(IndexError) in
-            out.append(UInt64(bitPattern: r.int64(0)))
+            out.append(r.position(0))
             return true
         }
         return out

@@ -18,16 +18,16 @@ extension IndexDatabase {
         EntryRow(
             keyDigest: ContentHash(bytes: r.blob(0)) ?? ContentHash(high: 0, low: 0), url: r.text(1), variant: r.text(2),
             blobID: r.int64(3), linkSegment: UInt32(truncatingIfNeeded: r.int64(4)),
-            linkOffset: UInt64(bitPattern: r.int64(5)), linkLength: UInt64(bitPattern: r.int64(6)),
-            sequence: UInt64(bitPattern: r.int64(7)), etag: r.optionalText(8), lastModified: r.optionalText(9),
+            linkOffset: r.position(5), linkLength: r.position(6),
+            sequence: r.sequence(7), etag: r.optionalText(8), lastModified: r.optionalText(9),
             expiresAt: r.optionalInt64(10), createdAt: r.int64(11), accessedAt: r.int64(12), cost: r.int64(13))
     }
 
     static func blobRow(_ r: SQLiteRow, from c: Int32) -> BlobRow {
         BlobRow(
             id: r.int64(c), hash: ContentHash(bytes: r.blob(c + 1)) ?? ContentHash(high: 0, low: 0),
-            length: UInt64(bitPattern: r.int64(c + 2)), segment: UInt32(truncatingIfNeeded: r.int64(c + 3)),
-            offset: UInt64(bitPattern: r.int64(c + 4)), recordBytes: UInt64(bitPattern: r.int64(c + 5)),
+            length: r.position(c + 2), segment: UInt32(truncatingIfNeeded: r.int64(c + 3)),
+            offset: r.position(c + 4), recordBytes: r.position(c + 5),
             references: r.int64(c + 6))
     }
 

@@ -20,19 +20,26 @@ extension IndexDatabase {
 
     // MARK: Committed sequence
 
-    /// The sequence below which every write is applied to this index; nil for an index that
-    /// never committed one (a new or lost index).
+    /// The sequence below which every write is applied to this index, as its two copies in the
+    /// meta table give it (values outside 0…2⁶² count as damaged and are ignored), raised to
+    /// what the rows show; nil for an index that never committed anything (a new or lost one).
     ///
-    /// It is kept twice in the meta table and checked against the rows, so that one damaged
-    /// value can only raise it (which makes repair more careful), never lower it (which would
-    /// let repair take a removed value's old record for a lost write).
-    public func committedSequence() throws(IndexError) -> UInt64? {
-        let first = try meta("sequence")
-        let second = try meta("sequence.copy")
-        guard first != nil || second != nil else { return nil }
-        let rows = try connection.statement("SELECT coalesce(max(sequence) + 1, 0) FROM entries").first { $0.int64(0) } ?? 0
-        let blobs = try connection.statement("SELECT coalesce(max(id) + 1, 0) FROM blobs").first { $0.int64(0) } ?? 0
-        return UInt64(max(0, first ?? 0, second ?? 0, rows, blobs))
+    /// `lower` and `higher` differ only when one copy is damaged. Each use takes the side a
+    /// damaged copy cannot turn against it: replaying a tail trusts `lower` (a raised copy must
+    /// not make it skip writes it has to apply), repair trusts `higher` (a lowered copy must
+    /// not make it restore what may have been removed).
+    public func committedSequence() throws(IndexError) -> (lower: UInt64, higher: UInt64)? {
+        let valid: (Int64?) -> UInt64? = { value in
+            guard let value, value >= 0, value <= (1 << 62) else { return nil }
+            return UInt64(value)
+        }
+        let copies = [try meta("sequence"), try meta("sequence.copy")].compactMap(valid)
+        let rows = try connection.statement("SELECT max(sequence) FROM entries").first { $0.isNull(0) ? nil : $0.sequence(0) } ?? nil
+        let blobs = try connection.statement("SELECT max(id) FROM blobs").first { $0.isNull(0) ? nil : $0.sequence(0) } ?? nil
+        let shown = [rows, blobs].compactMap { $0 }.filter { $0 < (1 << 62) }.map { $0 + 1 }.max()
+        guard !copies.isEmpty || shown != nil else { return nil }
+        let floor = shown ?? 0
+        return (max(copies.min() ?? floor, floor), max(copies.max() ?? floor, floor))
     }
 
     /// Records that every write below `sequence` is applied (both copies).
@@ -116,8 +123,8 @@ extension IndexDatabase {
             .query { (r) throws(IndexError) in
                 out.append(
                     DamageRow(
-                        segment: UInt32(truncatingIfNeeded: r.int64(0)), start: UInt64(bitPattern: r.int64(1)),
-                        end: UInt64(bitPattern: r.int64(2)), kind: r.text(3), message: r.text(4), foundAt: r.int64(5)))
+                        segment: UInt32(truncatingIfNeeded: r.int64(0)), start: r.position(1),
+                        end: r.position(2), kind: r.text(3), message: r.text(4), foundAt: r.int64(5)))
                 return true
             }
         return out

@@ -129,6 +129,20 @@ public enum SegmentScanner {
         return report
     }
 
+    /// Whether a record starts at `offset` of `file`: for version 2, a header that verifies
+    /// there (whatever its body); for version 1, a whole record that verifies. The end of the
+    /// file counts as a start (of nothing).
+    public static func startsRecord(_ file: SegmentFile, at offset: UInt64) throws -> Bool {
+        var reader = try BufferedReader(file: file)
+        defer { reader.deallocate() }
+        if offset >= reader.size { return offset == reader.size }
+        switch try readRecord(&reader, file: file, at: offset) {
+        case .intact: return true
+        case .damagedBody(_, let identity, _, _): return identity != nil
+        case .noRecord: return false
+        }
+    }
+
     // MARK: One record
 
     enum Outcome {

@@ -16,6 +16,7 @@ extension TroveCommand {
         var output: String?
 
         func run() throws {
+            if let output { try store.refuseOutputInsideStore(output) }
             let cacheKey = key.cacheKey
             guard let entry = try store.withStore({ try $0.entry(for: cacheKey) }) else {
                 try fail("no entry for \(cacheKey)", code: ExitCodes.notFound)

@@ -55,6 +55,21 @@ struct StoreOptions: ParsableArguments {
         }
     }
 
+    /// Refuses an output file inside the store directory: `-o` must never overwrite the
+    /// store's own files.
+    func refuseOutputInsideStore(_ path: String) throws {
+        func resolved(_ path: String) -> String? {
+            guard let real = realpath(path, nil) else { return nil }
+            defer { free(real) }
+            return String(cString: real)
+        }
+        let parent = (path as NSString).deletingLastPathComponent
+        guard let store = resolved(directory), let target = resolved(parent.isEmpty ? "." : parent) else { return }
+        if target == store || target.hasPrefix(store + "/") {
+            try fail("cannot write \(path): it is inside the store \(directory)", code: ExitCodes.cannotWrite)
+        }
+    }
+
     /// Prints, on stderr, what the store knows is damaged and not yet repaired.
     private func warnAboutDamage(_ store: Store) {
         guard let damage = try? store.unrepairedDamage(), !damage.isEmpty else { return }

@@ -63,6 +63,7 @@ extension TroveCommand {
         }
 
         func run() throws {
+            if let output { try store.refuseOutputInsideStore(output) }
             let variant = variant
             let clock = ContinuousClock()
             let start = clock.now

@@ -293,6 +293,14 @@ import TroveTestSupport
                 "UPDATE blobs SET hash = randomblob(16) WHERE id = \(row.blobID)",
                 "DELETE FROM segments WHERE id = (SELECT min(id) FROM segments)",
                 "UPDATE meta SET value = 0 WHERE key = 'sequence'",
+                "UPDATE meta SET value = value + 100000 WHERE key = 'sequence.copy'",
+                "DELETE FROM meta WHERE key LIKE 'sequence%'",
+                "UPDATE meta SET value = value + 1 WHERE key = 'secret.first'",
+                "UPDATE entries SET sequence = sequence + 64 WHERE key_hash = x'\(hex)'",
+                "UPDATE entries SET link_length = -1 WHERE key_hash = x'\(hex)'",
+                "UPDATE blobs SET offset = -100 WHERE id = \(row.blobID)",
+                "UPDATE segments SET indexed_bytes = indexed_bytes - 60 WHERE id = (SELECT max(id) FROM segments)",
+                "UPDATE segments SET sealed = 0, indexed_bytes = 100 WHERE id = (SELECT min(id) FROM segments)",
             ]
             let edit = edits.randomElement(using: &g)!
             try index.connection.execute(edit)

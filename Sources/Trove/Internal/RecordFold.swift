@@ -52,10 +52,22 @@ struct BlobCopy: Hashable, Sendable {
 /// What the index says about keys, as evidence for resolving them: never a source of content
 /// (records are), only of which writes existed.
 struct IndexEvidence: Sendable {
-    /// The sequence of each key's write as the index knows it, by key digest. A row vouched for
-    /// by the intact link record it points at counts under that record's key, whatever the
-    /// row's own key columns say.
-    var claims: [ContentHash: UInt64] = [:]
+    /// What an index row says of a key: the sequence of its write, and where its link record is.
+    struct Claim: Sendable {
+        var sequence: UInt64
+        var location: (segment: UInt32, offset: UInt64)?
+    }
+
+    /// Each key's write as the index knows it, by key digest. A row vouched for by the intact
+    /// link record it points at counts under that record's key, whatever the row's own key
+    /// columns say.
+    var claims: [ContentHash: Claim] = [:]
+
+    /// Records a row's claim (the highest, when two rows claim one key).
+    mutating func claim(_ digest: ContentHash, sequence: UInt64, at location: (segment: UInt32, offset: UInt64)?) {
+        if let known = claims[digest], known.sequence >= sequence { return }
+        claims[digest] = Claim(sequence: sequence, location: location)
+    }
     /// Every write with a lower sequence was applied to this index; nil when there is no
     /// index, or it is damaged (then the absence of a row proves nothing).
     var committedSequence: UInt64?
@@ -226,7 +238,14 @@ struct RecordFold: Sendable {
     /// write is known (a damaged record, or the index's claim) or the index committed past it
     /// without an entry for it.
     func resolve(_ digest: ContentHash, evidence: IndexEvidence) -> KeyResolution {
-        let claim = evidence.claims[digest]
+        // A row that points at an intact link of its key speaks for that link, whatever its own
+        // sequence column says (a damaged column must not make a lost write out of an intact one).
+        let claim = evidence.claims[digest].map { claim -> UInt64 in
+            guard let at = claim.location, let (_, identity) = record(atSegment: at.segment, offset: at.offset),
+                identity.type == .link, identity.digest == digest
+            else { return claim.sequence }
+            return identity.sequence
+        }
         let damaged = damagedWrites[digest]
         guard let newest = newest[digest] else {
             return claim != nil || damaged != nil ? .lost(older: nil, reason: "no intact record of it is left") : .absent

@@ -66,7 +66,8 @@ struct Recovery {
     }
 
     mutating func run(rebuilding evidence: IndexEvidence?, progress: (WorkProgress) -> Void) throws -> PackWriter {
-        var placement = try SegmentPlacement.place(packs, faults: faults)
+        let indexedMax = try index.segments().map(\.id).max() ?? 0
+        var placement = try SegmentPlacement.place(packs, indexedMax: indexedMax, faults: faults)
         let stored = try index.secret().map { PackSecret(first: $0.first, second: $0.second) }
         let secret = placement.secret(fromIndex: stored) ?? PackSecret.random()
         try placement.setAsideForeign(secret: secret, in: packs, faults: faults)
@@ -85,6 +86,8 @@ struct Recovery {
         let rows = try index.segments()
         let committed = try index.committedSequence()
         let lostIndex = rows.isEmpty && committed == nil && !(placement.headers.isEmpty && placement.unreadable.isEmpty)
+        // New sequence numbers start past anything the index shows, even a damaged raised copy.
+        nextSequence = committed?.higher ?? 0
         if evidence != nil || lostIndex {
             return try index.writing {
                 if stored != secret { try index.setSecret(first: secret.first, second: secret.second) }
@@ -97,7 +100,7 @@ struct Recovery {
         }
         // The usual open: plan without writing, then write only what changed — so that a store
         // opens, and reads, on a full disk.
-        var (plan, writer) = try planReplay(rows, committed: committed ?? 0, placement: placement, format: format)
+        var (plan, writer) = try planReplay(rows, committed: committed ?? (0, 0), placement: placement, format: format)
         plan.secret = stored != secret ? secret : nil
         do {
             if !plan.isEmpty {
@@ -191,10 +194,14 @@ struct Recovery {
     }
 
     private mutating func planReplay(
-        _ rows: [SegmentRow], committed: UInt64, placement: SegmentPlacement, format: SegmentFormat
+        _ rows: [SegmentRow], committed sequences: (lower: UInt64, higher: UInt64), placement: SegmentPlacement,
+        format: SegmentFormat
     ) throws -> (ReplayPlan, PackWriter) {
         let now = configuration.clock()
         var plan = ReplayPlan()
+        // The tails are judged by the lower copy of the committed sequence (a raised copy must
+        // not make the replay skip a write it has to apply); new numbers start past the higher.
+        let committed = sequences.lower
         plan.committedSequence = committed
         var tails: [(id: UInt32, file: SegmentFile, from: UInt64)] = []
         var sealing: [UInt32] = []
@@ -253,20 +260,27 @@ struct Recovery {
                     + "`trove fsck --repair` salvages what is intact in it", at: now)
         }
 
-        // 3. Fold the tails past what the index reflects; cut torn tails (a truncation needs
-        //    no space), never anything else.
+        // 3. Fold the tails past what the index reflects. A tail must start at a record: if no
+        //    record starts where the index says (a damaged row), the whole segment is replayed
+        //    (idempotent) rather than taking committed records for a torn tail. Only the
+        //    newest segment's torn tail is cut (a truncation needs no space), nothing else.
         var fold = RecordFold()
         tails.sort { $0.id < $1.id }
-        for tail in tails {
-            let scan = try fold.fold(tail.file, from: tail.from, excludingTornTail: true)
+        let newestID = ([knownMax] + Array(placement.headers.keys) + Array(placement.unreadable.keys)).max() ?? 0
+        for var tail in tails {
+            if tail.from > tail.file.headerSize, try !SegmentScanner.startsRecord(tail.file, at: tail.from) {
+                tail.from = tail.file.headerSize
+            }
+            let cutting = tail.id == newestID
+            let scan = try fold.fold(tail.file, from: tail.from, excludingTornTail: cutting)
             var end = scan.fileSize
-            if let torn = scan.tornTail {
+            if cutting, let torn = scan.tornTail {
                 try tail.file.truncate(to: torn.start)
                 end = torn.start
                 report.truncatedTails.append(
                     .init(segment: tail.id, validEnd: torn.start, bytesRemoved: torn.end - torn.start, reason: torn.reason))
             }
-            for range in scan.damage where range != scan.tornTail {
+            for range in scan.damage where !(cutting && range == scan.tornTail) {
                 recordDamage(range, segment: tail.id, at: now)
                 if !sealing.contains(tail.id) { sealing.append(tail.id) }
             }
@@ -282,7 +296,7 @@ struct Recovery {
         for digest in fold.keys(evidence: evidence) {
             if let indexed = try index.entry(digest: digest) {
                 fold.seed(indexed)
-                evidence.claims[digest] = indexed.entry.sequence
+                evidence.claim(digest, sequence: indexed.entry.sequence, at: nil)
             }
             if case .link(let link)? = fold.newest[digest]?.content, fold.blobs[link.blobID] == nil,
                 let blob = try index.blob(id: Int64(bitPattern: link.blobID))
@@ -293,12 +307,11 @@ struct Recovery {
         for digest in fold.keys(evidence: evidence).sorted() {
             plan.resolutions.append((digest, fold.resolve(digest, evidence: evidence)))
         }
-        plan.nextSequence = max(committed, fold.nextSequence)
+        plan.nextSequence = max(sequences.higher, fold.nextSequence)
 
         // 5. The active segment: the newest unsealed one, if it is whole and of the current
         //    version. The others are sealed.
         let candidates = tails.filter { !sealing.contains($0.id) }
-        let newestID = ([knownMax] + Array(placement.headers.keys) + Array(placement.unreadable.keys)).max() ?? 0
         let active = candidates.last.flatMap { $0.id == newestID && $0.file.format.version == PackFormat.currentVersion ? $0 : nil }
         let synchronize = configuration.durability != .none
         for tail in tails where tail.id != active?.id {

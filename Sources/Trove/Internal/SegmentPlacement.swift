@@ -1,3 +1,4 @@
+import Foundation
 import TroveCore
 import TrovePack
 
@@ -23,18 +24,26 @@ struct SegmentPlacement {
     static let misplacedSuffix = ".misplaced"
 
     /// Places the files of `packs`.
-    static func place(_ packs: String, faults: FaultInjector?) throws -> SegmentPlacement {
+    ///
+    /// - Parameter indexedMax: the highest segment id the index names.
+    static func place(_ packs: String, indexedMax: UInt32, faults: FaultInjector?) throws -> SegmentPlacement {
         var placement = SegmentPlacement()
         var misplaced: [(name: String, header: SegmentHeader)] = []
-        for name in try PackDirectory.names(in: packs) {
+        let names = try PackDirectory.names(in: packs)
+        let newest = names.compactMap { PackFormat.segmentID(fromFileName: $0) }.max() ?? 0
+        for name in names {
             let stem = name.hasSuffix(misplacedSuffix) ? String(name.dropLast(misplacedSuffix.count)) : name
             guard let nameID = PackFormat.segmentID(fromFileName: stem) else { continue }
             let isFile = PackDirectory.kind(of: name, in: packs) == "file"
-            if isFile, let size = PackDirectory.size(of: name, in: packs), size < UInt64(PackFormat.Version1.segmentHeaderSize),
-                SegmentFile.header(atPath: packs + "/" + name) == nil
+            if isFile, stem == name, nameID == newest, nameID > indexedMax,
+                let size = PackDirectory.size(of: name, in: packs), size < UInt64(PackFormat.segmentHeaderSize),
+                SegmentFile.header(atPath: packs + "/" + name) == nil,
+                let head = FileManager.default.contents(atPath: packs + "/" + name),
+                Array(head.prefix(8)) == Array(PackFormat.segmentMagic.prefix(min(8, head.count)))
             {
-                // A creation interrupted before the header was whole: shorter than any header,
-                // it cannot hold a record.
+                // The one file a crash can leave this way: the next segment, whose creation was
+                // interrupted before its header was whole. It cannot hold a record. Any other
+                // short file is set aside like other unreadable ones, never deleted.
                 try PackDirectory.remove(name, in: packs, faults: faults)
                 continue
             }
@@ -95,17 +104,19 @@ struct SegmentPlacement {
         return placement
     }
 
-    /// The secret of the store: the one the index keeps, else the one most version-2 segment
-    /// headers carry (the newest segment's on a tie), else nil.
+    /// The secret of the store: the one most version-2 segment headers carry — the packs are
+    /// the truth, so one damaged copy in the index cannot make every segment foreign — with the
+    /// index's copy deciding a tie, and standing alone only when no segment has a secret yet.
     func secret(fromIndex stored: PackSecret?) -> PackSecret? {
-        if let stored { return stored }
-        var votes: [PackSecret: (count: Int, newest: UInt32)] = [:]
-        for (id, header) in headers {
-            guard let secret = header.format.secret else { continue }
-            let vote = votes[secret] ?? (0, 0)
-            votes[secret] = (vote.count + 1, max(vote.newest, id))
+        var votes: [PackSecret: Int] = [:]
+        for header in headers.values {
+            if let secret = header.format.secret { votes[secret, default: 0] += 1 }
         }
-        return votes.max { ($0.value.count, $0.value.newest) < ($1.value.count, $1.value.newest) }?.key
+        guard let most = votes.values.max() else { return stored }
+        let leaders = votes.filter { $0.value == most }.map(\.key)
+        if let stored, leaders.contains(stored) { return stored }
+        // A tie without the index's word: the secret of the newest segment among the leaders.
+        return headers.sorted { $0.key > $1.key }.compactMap(\.value.format.secret).first { leaders.contains($0) }
     }
 
     /// Sets aside the version-2 segments written under another secret (copied in from another

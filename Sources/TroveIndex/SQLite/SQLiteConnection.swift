@@ -65,6 +65,15 @@ final class SQLiteConnection {
         return statement
     }
 
+    /// Keeps the `-wal` and `-shm` files when the last connection closes (emptied, not
+    /// deleted), so that the next open needs no disk space to create them: a store opens and
+    /// reads on a full disk.
+    func keepWriteAheadLogFiles() throws(IndexError) {
+        var keep: Int32 = 1
+        let rc = sqlite3_file_control(handle, "main", SQLITE_FCNTL_PERSIST_WAL, &keep)
+        guard rc == SQLITE_OK else { throw error(rc) }
+    }
+
     /// The rowid of the last inserted row.
     var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
 

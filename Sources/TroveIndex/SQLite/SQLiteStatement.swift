@@ -85,6 +85,25 @@ struct SQLiteRow {
     let handle: OpaquePointer
 
     func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
+
+    /// A file offset or length: 0 through 2⁴⁸ as stored, anything else (a damaged column:
+    /// negative, absurd) as 2⁴⁸, which no offset in a segment reaches — so arithmetic on it
+    /// cannot overflow, and a read at it finds nothing.
+    func position(_ column: Int32) -> UInt64 {
+        clamped(column, to: 1 << 48)
+    }
+
+    /// A sequence number or blob id: 0 through 2⁶² as stored, anything else as 2⁶² (which
+    /// makes the row claim a write newer than any: repair is careful with it).
+    func sequence(_ column: Int32) -> UInt64 {
+        clamped(column, to: 1 << 62)
+    }
+
+    private func clamped(_ column: Int32, to limit: Int64) -> UInt64 {
+        let value = int64(column)
+        return UInt64(value >= 0 && value <= limit ? value : limit)
+    }
+
     func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
     func optionalInt64(_ column: Int32) -> Int64? { isNull(column) ? nil : int64(column) }
 

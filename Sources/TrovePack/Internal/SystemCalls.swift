@@ -78,6 +78,9 @@ enum SystemCall {
         faults: FaultInjector? = nil
     ) throws(PackError) -> Int {
         try inject(faults, .read, "pread", path: path, offset: offset)
+        // An offset no file reaches (from a damaged index row) reads nothing, like the end of
+        // the file: never an arithmetic trap.
+        guard offset <= UInt64(Int64.max) - UInt64(buffer.count) else { return 0 }
         var done = 0
         while done < buffer.count {
             let n = Glibc.pread(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done))
@@ -104,6 +107,10 @@ enum SystemCall {
             budget = bytes
             failure = code
         case nil: break
+        }
+        let total = parts.reduce(0) { $0 + $1.count }
+        guard offset <= UInt64(Int64.max) - UInt64(total) else {
+            throw ioError("pwrite", path: path, offset: offset, errno: EFBIG)
         }
         var position = off_t(offset)
         for part in parts where part.count > 0 {
