@@ -143,6 +143,18 @@ extension Store {
         let failure: String
         do {
             let file = try segmentFile(row.linkSegment)
+            // Version 2: the record's header (identity, and the checksum of the body the row
+            // describes) settles it with one small read.
+            let link = LinkRecord(
+                url: row.url, variant: row.variant, blobHash: found.blob.hash, blobLength: found.blob.length,
+                blobID: UInt64(bitPattern: row.blobID), sequence: row.sequence, createdAt: row.createdAt,
+                expiresAt: row.expiresAt, etag: row.etag, lastModified: row.lastModified)
+            let identity = RecordIdentity(type: .link, sequence: row.sequence, digest: key.digest)
+            switch try file.holdsLink(at: row.linkOffset, identity: identity, body: RecordCodec.linkBody(link)) {
+            case true?: return
+            case false?: throw StoreError(code: .corruptRecord, message: "the index row disagrees with its link record")
+            case nil: break
+            }
             let verified = try file.readRecord(at: row.linkOffset, limit: row.linkOffset + row.linkLength)
             guard case .link(let link) = verified.record.content else {
                 throw StoreError(code: .corruptRecord, message: "the record there is not a link")

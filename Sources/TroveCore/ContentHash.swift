@@ -35,6 +35,27 @@ public struct ContentHash: Hashable, Sendable, Comparable, CustomStringConvertib
     }
 
     /// Makes a hash from 16 big-endian bytes; nil when `bytes` is not 16 bytes long.
+    ///
+    /// The buffer and array forms are what index rows and record headers use: concrete, so no
+    /// generic dispatch on a read path.
+    public init?(bytes: UnsafeRawBufferPointer) {
+        guard bytes.count == 16 else { return nil }
+        var high: UInt64 = 0
+        var low: UInt64 = 0
+        for i in 0..<8 {
+            high = high << 8 | UInt64(bytes[i])
+            low = low << 8 | UInt64(bytes[8 + i])
+        }
+        self.init(high: high, low: low)
+    }
+
+    /// Makes a hash from 16 big-endian bytes; nil when `bytes` is not 16 bytes long.
+    public init?(bytes: [UInt8]) {
+        guard let hash = bytes.withUnsafeBytes({ ContentHash(bytes: $0) }) else { return nil }
+        self = hash
+    }
+
+    /// Makes a hash from 16 big-endian bytes; nil when `bytes` is not 16 bytes long.
     public init?(bytes: some Collection<UInt8>) {
         guard bytes.count == 16 else { return nil }
         var high: UInt64 = 0

@@ -313,6 +313,28 @@ public final class SegmentFile: Sendable {
 
     private var headerSizeOfSegment: UInt64 { UInt64(format.headerSize) }
 
+    /// Whether the record at `offset` is a link with `identity` (its key digest and sequence)
+    /// whose body is exactly `body` — checked from the 52-byte header alone (version 2): the
+    /// header's own checksum proves it is a record of this store written here, and the body
+    /// checksum it stores matches `body`'s only if the bodies are equal. One small `pread`, no
+    /// decoding.
+    ///
+    /// - Returns: false when the record is not that link (damaged, another record, nothing);
+    ///   nil for a version-1 segment, whose records carry no such header (read it whole).
+    /// - Throws: ``PackError/Code/io`` when the read fails.
+    public func holdsLink(at offset: UInt64, identity: RecordIdentity, body: [UInt8]) throws -> Bool? {
+        guard format.version == 2 else { return nil }
+        var raw = [UInt8](repeating: 0, count: PackFormat.Version2.recordHeaderSize)
+        let n = try raw.withUnsafeMutableBytes { b in
+            try SystemCall.pread(descriptor, into: b, at: offset, path: path, faults: faults)
+        }
+        guard n == raw.count,
+            case .success(let header) = raw.withUnsafeBytes({ RecordCodec.headerV2($0, format: format, segment: id, offset: offset) }),
+            header.identity == identity, header.bodyLength == UInt64(body.count)
+        else { return false }
+        return body.withUnsafeBytes { XXH3.hash64($0, seed: format.bodySeed(.link)) } == header.bodyChecksum
+    }
+
     private func damaged(at offset: UInt64) -> PackError {
         PackError(
             code: .damagedPayload,
