@@ -61,7 +61,8 @@ let package = Package(
         .testTarget(name: "TroveCodecTests", dependencies: ["TroveCodec", "TroveTestSupport"]),
         .testTarget(
             name: "TroveTests",
-            dependencies: ["Trove", "TrovePack", "TroveIndex", "TroveCodec", "TroveTestSupport", "CrashWriter"]),
+            dependencies: ["Trove", "TrovePack", "TroveIndex", "TroveCodec", "TroveTestSupport", "CrashWriter"],
+            exclude: ["Fixtures"]),
         .testTarget(name: "TroveBenchTests", dependencies: ["TroveBench", "TroveTestSupport"]),
         .testTarget(name: "TroveCLITests", dependencies: ["Trove", "TroveCodec", "TroveTestSupport", "trove"]),
     ]

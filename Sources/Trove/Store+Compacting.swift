@@ -257,21 +257,50 @@ extension Store {
                 let visit: (ScannedRecord) throws -> Void = { record in
                     let kind: Moved?
                     switch record.content {
-                    case .blob(_, let blobID, _):
+                    case .blob(let hash, let blobID, _):
                         let row = try index.blob(id: Int64(bitPattern: blobID))
-                        let here = row.map { $0.segment == id && $0.offset == record.offset } ?? false
-                        kind = here && (row!.references > 0 || queuedBlobs.contains(blobID)) ? .blob(row!.id) : nil
+                        guard let row, row.references > 0 || queuedBlobs.contains(blobID) else {
+                            kind = nil
+                            break
+                        }
+                        if row.segment == id && row.offset == record.offset {
+                            kind = .blob(row.id)
+                        } else if row.hash == hash, try self.holdsBlob(row) {
+                            kind = nil  // a copy the index moved past (an interrupted compaction's)
+                        } else {
+                            throw self.uncorroborated(
+                                "the index row of blob \(blobID) points at segment \(row.segment) offset \(row.offset), "
+                                    + "where that blob is not", segment: id, offset: record.offset, index: index)
+                        }
                     case .link(let link):
+                        // A link is dropped only when the index says so in a way the packs bear
+                        // out: a damaged row must not make the compactor delete the record the
+                        // entry still needs.
                         let key = link.key
-                        let entry = try index.entry(digest: key.digest)?.entry
-                        let current = entry.map { $0.key == key && $0.linkSegment == id && $0.linkOffset == record.offset }
-                        kind = current == true ? .link(key.digest, from: record.offset) : nil
+                        let found = try index.entry(digest: key.digest)
+                        guard let found else {
+                            kind = nil  // removed (a tombstone has it) or never committed
+                            break
+                        }
+                        let entry = found.entry
+                        if entry.key == key && entry.linkSegment == id && entry.linkOffset == record.offset {
+                            kind = .link(key.digest, from: record.offset)
+                        } else if entry.key == key && entry.sequence > link.sequence && self.holdsItsLink(found, key: key) {
+                            kind = nil  // superseded by the newer link the row points at
+                        } else {
+                            throw self.uncorroborated(
+                                "the index row of \(key) does not point at its link at segment \(id) offset \(record.offset), "
+                                    + "nor at a newer intact one", segment: id, offset: record.offset, index: index)
+                        }
                     case .tombstone(let tombstone):
                         // Kept until a newer entry for the key supersedes it, so that a rebuild
                         // from the packs never brings a removed key back.
                         let key = tombstone.key
-                        let entry = try index.entry(digest: key.digest)?.entry
-                        kind = entry.map { $0.key == key && $0.sequence > tombstone.sequence } == true ? nil : .tombstone
+                        let found = try index.entry(digest: key.digest)
+                        let superseded = found.map {
+                            $0.entry.key == key && $0.entry.sequence > tombstone.sequence && self.holdsItsLink($0, key: key)
+                        }
+                        kind = superseded == true ? nil : .tombstone
                     }
                     guard let kind else { return }
                     // Links and tombstones are re-encoded from what was decoded (a salvaged one
@@ -392,6 +421,43 @@ extension Store {
             }
             return copied
         }
+    }
+
+    /// Whether the blob record `row` names is where it says (its header, checked alone).
+    private func holdsBlob(_ row: BlobRow) throws -> Bool {
+        let opened: SegmentFile?
+        do throws(StoreError) {
+            opened = try segmentFile(row.segment)
+        } catch {
+            guard error.code == .missingSegment else { throw error }
+            opened = nil
+        }
+        guard let file = opened else { return false }
+        let identity = RecordIdentity(type: .blob, sequence: UInt64(bitPattern: row.id), digest: row.hash)
+        if let holds = try file.holdsRecord(at: row.offset, identity: identity, bodyLength: row.length) { return holds }
+        guard let verified = try? file.readRecord(at: row.offset, limit: row.offset + row.recordBytes),
+            case .blob(let hash, let blobID, _) = verified.record.content
+        else { return false }
+        return hash == row.hash && blobID == UInt64(bitPattern: row.id)
+    }
+
+    /// Whether `found`'s row points at an intact link record that says what the row says.
+    private func holdsItsLink(_ found: IndexedEntry, key: CacheKey) -> Bool {
+        do throws(StoreError) {
+            try verifyLink(of: found, key: key)
+            return true
+        } catch {
+            return false
+        }
+    }
+
+    /// The error that leaves a segment alone because the index disagrees with the packs about
+    /// a record in it: recorded as damage for `trove fsck --repair`, which settles it.
+    private func uncorroborated(_ what: String, segment id: UInt32, offset: UInt64, index: IndexDatabase) -> StoreError {
+        recordDamage(.staleIndexRow, segment: id, offset: offset, end: offset, what, in: index)
+        return StoreError(
+            code: .corruptRecord,
+            message: "segment \(id) cannot be compacted: \(what); run `trove fsck --repair`")
     }
 
     /// Disk usage now: pack segment files plus index files.

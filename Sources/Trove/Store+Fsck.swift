@@ -34,7 +34,9 @@ extension Store {
     }
 
     private func checkStore(repair: Bool, progress: (WorkProgress) -> Void) throws -> FsckReport {
-        try commitPending(flushReadTimes: true)
+        // A check runs on a full disk too (what the index could not commit yet is reported as
+        // newer than the index); a repair must write, and fails there with the commit's error.
+        if repair { try commitPending(flushReadTimes: true) } else { _ = try commitForListing() }
         let (report, salvage) = try withoutActuallyEscaping(progress) { progress in
             try committer.withLock { (slot) throws -> (FsckReport, [UInt32]) in
                 guard let state = slot, !state.isClosed else { throw Self.closedError(directory) }
@@ -162,6 +164,14 @@ struct FsckRun {
         //    counts for that link's key, whatever its own key columns say.
         let rows = try index.entryRows()
         var evidence = IndexEvidence(committedSequence: indexIsSound ? try index.committedSequence()?.higher : nil)
+        evidence.recordedSequence = indexIsSound ? try index.recordedSequence() : nil
+        // Whether a write could be hidden in the packs: any damage whose record cannot be
+        // named, a segment missing, cut short, unknown to the index or set aside, a tail cut.
+        let opening = store.recoveryReport
+        evidence.packsAreWhole =
+            fold.damage.allSatisfy { $0.1.identity != nil }
+            && !report.findings[start...].contains { [.missingSegment, .truncatedSegment, .orphanSegment].contains($0.kind) }
+            && opening.truncatedTails.isEmpty && opening.setAsideFiles.isEmpty && opening.missingSegments.isEmpty
         var rowByDigest: [ContentHash: EntryRow] = [:]
         var strayRows: [EntryRow] = []
         for row in rows {

@@ -42,16 +42,26 @@ extension Store {
 
     /// Every entry of `url` (the original and its variants), by variant.
     public func entries(url: String) throws -> [EntryInfo] {
-        try flush()
-        return try readIndex { try $0.entries(url: url) }.map { info($0) }
+        let pending = try commitForListing()
+        var listed = try readIndex { try $0.entries(url: url) }
+        if let pending { listed = Self.overlay(pending.filter { $0.key.url == url }, on: listed) }
+        return listed.map { info($0) }
     }
 
     /// Calls `body` with every entry, in key order. Pending writes are committed first; the
     /// enumeration sees one consistent snapshot of the index.
     ///
+    /// On a disk too full (or failing) for that commit, the entries are still listed: the
+    /// index's with the writes it does not have yet laid over them from memory.
+    ///
     /// - Complexity: O(n) rows read from the index; bytes are not read.
     public func forEachEntry(_ body: (EntryInfo) throws -> Void) throws {
-        try flush()
+        if let pending = try commitForListing() {
+            var listed: [IndexedEntry] = []
+            try readIndex { index in try index.reading { try index.forEachEntry { listed.append($0); return true } } }
+            for entry in Self.overlay(pending, on: listed) { try body(info(entry)) }
+            return
+        }
         var thrown: (any Error)?
         try readIndex { index in
             try index.reading {
@@ -70,6 +80,38 @@ extension Store {
     }
 
     // MARK: Internals
+
+    /// Commits pending writes (and read times) so that the index shows them. When the commit
+    /// cannot be written — a full or failing disk — returns instead what the index is missing:
+    /// the location map's entries and removals (and a replay opening could not write), for
+    /// the caller to lay over what it reads from the index.
+    func commitForListing() throws(StoreError) -> [CacheKey: SharedState.Slot]? {
+        do {
+            try commitPending(flushReadTimes: true)
+            return nil
+        } catch where error.code == .index || error.code == .io {
+            return shared.withLock { state in state.pinned.merging(state.slots) { _, newer in newer } }
+        }
+    }
+
+    /// `listed` (index rows in key order) with `pending` laid over it, in the index's order
+    /// (url, then variant, by their UTF-8 bytes).
+    static func overlay(_ pending: [CacheKey: SharedState.Slot], on listed: [IndexedEntry]) -> [IndexedEntry] {
+        var merged: [CacheKey: IndexedEntry] = [:]
+        for entry in listed { merged[entry.entry.key] = entry }
+        for (key, slot) in pending {
+            switch slot {
+            case .present(let entry): merged[key] = entry
+            case .removed: merged[key] = nil
+            }
+        }
+        return merged.values.sorted { a, b in
+            let (x, y) = (a.entry.key, b.entry.key)
+            if x.url != y.url { return x.url.utf8.lexicographicallyPrecedes(y.url.utf8) }
+            return x.variant.utf8.lexicographicallyPrecedes(y.variant.utf8)
+        }
+    }
+
 
     /// Finds `key`'s entry: the location map first, the index on a miss. An entry past its
     /// expiry is not found (the compactor removes it later) unless `includingExpired`.

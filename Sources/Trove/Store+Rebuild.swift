@@ -49,14 +49,29 @@ extension Store {
             n += 1
         }
         for suffix in ["", "-wal", "-shm"] where SystemCall.fileKind(indexPath + suffix) != nil {
-            guard rename(indexPath + suffix, name + suffix) == 0 else {
-                throw StoreError(
-                    code: .io,
-                    message: "cannot set \(indexPath + suffix) aside as \(name + suffix): \(SystemCall.errorText(errno))")
-            }
+            try SystemCall.rename(indexPath + suffix, to: name + suffix)
         }
-        let store = try Store(
-            directory: directory, configuration: configuration, rebuilding: evidence, lock: lock, progress: progress)
+        let store: Store
+        do {
+            store = try Store(
+                directory: directory, configuration: configuration, rebuilding: evidence, lock: lock, progress: progress)
+        } catch let failure {
+            // A rebuild that fails (a full disk, say) leaves the old index where it was: the new
+            // one is removed (it is written in one transaction, so it is empty or whole) and
+            // the old files are put back.
+            do throws(StoreError) {
+                for suffix in ["", "-wal", "-shm"] {
+                    try SystemCall.removeFile(indexPath + suffix)
+                    if SystemCall.fileKind(name + suffix) != nil { try SystemCall.rename(name + suffix, to: indexPath + suffix) }
+                }
+            } catch {
+                throw StoreError(
+                    code: error.code,
+                    message: "the rebuild failed (\(failure)), and putting the old index back failed too: "
+                        + "\(error.message); the old index files are \(name)*", underlying: error)
+            }
+            throw failure
+        }
         defer { try? store.close() }
         var report = FsckReport()
         let recovery = store.recoveryReport
@@ -100,6 +115,7 @@ extension Store {
         }
         let sound = (try? index.integrityCheck()) == ["ok"]
         if sound, let committed = try? index.committedSequence() { evidence.committedSequence = committed.higher }
+        if sound { evidence.recordedSequence = try? index.recordedSequence() }
         for row in (try? index.entryRows()) ?? [] where row.key.digest == row.keyDigest {
             evidence.claim(row.keyDigest, sequence: row.sequence, at: (row.linkSegment, row.linkOffset))
             evidence.accessTimes[row.keyDigest] = row.accessedAt

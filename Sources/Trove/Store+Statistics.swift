@@ -50,11 +50,14 @@ extension Store {
         }
     }
 
-    /// Counts and sizes, after committing pending writes.
+    /// Counts and sizes, after committing pending writes. On a disk too full for that commit,
+    /// the counts are what the index has committed (writes still in memory are left out).
     ///
     /// - Complexity: O(entries) in SQLite's aggregate queries; O(segments) `stat` calls.
     public func statistics() throws -> Statistics {
-        try flush()
+        // On a disk too full for the commit, the totals are the index's: writes still in
+        // memory are not counted until they are committed.
+        _ = try commitForListing()
         let totals = try readIndex { try $0.totals() }
         let segmentIDs: [UInt32]
         do { segmentIDs = try PackDirectory.segmentIDs(in: packsDirectory) } catch { throw StoreError(pack: error) }

@@ -238,10 +238,19 @@ public final class Store: Sendable {
     }
 
     /// Records damage that every command reports until `trove fsck --repair`.
-    func recordDamage(_ kind: FsckReport.Finding.Kind, segment: UInt32, offset: UInt64, end: UInt64, _ message: String) {
+    ///
+    /// Takes the committer lock; a caller that holds it already passes its `index`.
+    func recordDamage(
+        _ kind: FsckReport.Finding.Kind, segment: UInt32, offset: UInt64, end: UInt64, _ message: String,
+        in held: IndexDatabase? = nil
+    ) {
         let row = DamageRow(
             segment: segment, start: offset, end: end, kind: kind.rawValue, message: message, foundAt: configuration.clock())
-        _ = try? withIndex { try $0.recordDamage(row) }
+        if let held {
+            try? held.recordDamage(row)
+        } else {
+            _ = try? withIndex { try $0.recordDamage(row) }
+        }
     }
 }
 

@@ -63,7 +63,7 @@ extension IndexDatabase {
             out.append(
                 SegmentRow(
                     id: UInt32(truncatingIfNeeded: r.int64(0)), indexedBytes: r.position(1),
-                    liveBytes: r.int64(2), isSealed: r.int64(3) != 0))
+                    liveBytes: Int64(r.position(2)), isSealed: r.int64(3) != 0))
             return true
         }
         return out

@@ -20,7 +20,7 @@ extension IndexDatabase {
             blobID: r.int64(3), linkSegment: UInt32(truncatingIfNeeded: r.int64(4)),
             linkOffset: r.position(5), linkLength: r.position(6),
             sequence: r.sequence(7), etag: r.optionalText(8), lastModified: r.optionalText(9),
-            expiresAt: r.optionalInt64(10), createdAt: r.int64(11), accessedAt: r.int64(12), cost: r.int64(13))
+            expiresAt: r.optionalInt64(10), createdAt: r.int64(11), accessedAt: r.int64(12), cost: Int64(r.position(13)))
     }
 
     static func blobRow(_ r: SQLiteRow, from c: Int32) -> BlobRow {
@@ -126,9 +126,11 @@ extension IndexDatabase {
     public func totals() throws -> IndexTotals {
         try writeLiveByteDeltas()
         return try reading {
-            let entries = try connection.statement("SELECT count(*), coalesce(sum(cost), 0) FROM entries").first { ($0.int64(0), $0.int64(1)) }!
-            let blobs = try connection.statement("SELECT count(*), coalesce(sum(length), 0) FROM blobs WHERE refs > 0").first { ($0.int64(0), $0.int64(1)) }!
-            let live = try connection.statement("SELECT coalesce(sum(live_bytes), 0) FROM segments").first { $0.int64(0) }!
+            // total() adds in floating point and max(0, …) skips damaged values: a damaged column
+            // must not turn statistics into an integer-overflow error.
+            let entries = try connection.statement("SELECT count(*), total(max(0, cost)) FROM entries").first { ($0.int64(0), $0.int64(1)) }!
+            let blobs = try connection.statement("SELECT count(*), total(max(0, length)) FROM blobs WHERE refs > 0").first { ($0.int64(0), $0.int64(1)) }!
+            let live = try connection.statement("SELECT total(max(0, live_bytes)) FROM segments").first { $0.int64(0) }!
             return IndexTotals(
                 entries: entries.0, blobs: blobs.0, entryPayloadBytes: entries.1, blobPayloadBytes: blobs.1,
                 liveBytes: live)

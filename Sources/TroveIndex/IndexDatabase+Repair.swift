@@ -30,16 +30,39 @@ extension IndexDatabase {
     /// not make it restore what may have been removed).
     public func committedSequence() throws(IndexError) -> (lower: UInt64, higher: UInt64)? {
         let valid: (Int64?) -> UInt64? = { value in
-            guard let value, value >= 0, value <= (1 << 62) else { return nil }
+            guard let value, value >= 0, value < Self.sequenceLimit else { return nil }
             return UInt64(value)
         }
         let copies = [try meta("sequence"), try meta("sequence.copy")].compactMap(valid)
-        let rows = try connection.statement("SELECT max(sequence) FROM entries").first { $0.isNull(0) ? nil : $0.sequence(0) } ?? nil
-        let blobs = try connection.statement("SELECT max(id) FROM blobs").first { $0.isNull(0) ? nil : $0.sequence(0) } ?? nil
-        let shown = [rows, blobs].compactMap { $0 }.filter { $0 < (1 << 62) }.map { $0 + 1 }.max()
+        let rows = try connection.statement("SELECT max(sequence) FROM entries").first { $0.isNull(0) ? nil : $0.int64(0) } ?? nil
+        let blobs = try connection.statement("SELECT max(id) FROM blobs").first { $0.isNull(0) ? nil : $0.int64(0) } ?? nil
+        let shown = [rows, blobs].compactMap(valid).map { $0 + 1 }.max()
         guard !copies.isEmpty || shown != nil else { return nil }
         let floor = shown ?? 0
         return (max(copies.min() ?? floor, floor), max(copies.max() ?? floor, floor))
+    }
+
+    /// The highest copy of the committed sequence the meta table holds (nil when neither is
+    /// in range). Unlike ``committedSequence()`` it ignores the rows: a row claiming this
+    /// number or more was never committed — it is damaged.
+    public func recordedSequence() throws(IndexError) -> UInt64? {
+        [try meta("sequence"), try meta("sequence.copy")].compactMap { value -> UInt64? in
+            guard let value, value >= 0, value < Self.sequenceLimit else { return nil }
+            return UInt64(value)
+        }.max()
+    }
+
+    /// Sequence numbers a store hands out stay below this (2⁵⁶, some 7 × 10¹⁶ writes): a
+    /// stored value at or above it is damage and ignored, and anything up to 2⁶² still fits.
+    public static let sequenceLimit: Int64 = 1 << 56
+
+    /// Whether the meta table has no copy of the committed sequence in range (both gone, or
+    /// damaged): then only the packs can say which numbers were used.
+    public func hasLostSequence() throws(IndexError) -> Bool {
+        [try meta("sequence"), try meta("sequence.copy")].allSatisfy { value in
+            guard let value else { return true }
+            return value < 0 || value >= Self.sequenceLimit
+        }
     }
 
     /// Records that every write below `sequence` is applied (both copies).

@@ -324,15 +324,35 @@ public final class SegmentFile: Sendable {
     /// - Throws: ``PackError/Code/io`` when the read fails.
     public func holdsLink(at offset: UInt64, identity: RecordIdentity, body: [UInt8]) throws -> Bool? {
         guard format.version == 2 else { return nil }
+        guard let header = try intactHeader(at: offset), header.identity == identity, header.bodyLength == UInt64(body.count)
+        else { return false }
+        return body.withUnsafeBytes { XXH3.hash64($0, seed: format.bodySeed(.link)) } == header.bodyChecksum
+    }
+
+    /// Whether an intact record header with `identity` and a body of `bodyLength` bytes is at
+    /// `offset` — the header alone, one small `pread` (version 2). For a blob, `identity` is
+    /// its id and content hash: a record that passes is that blob's record, written here by
+    /// this store (its body is checked when it is read).
+    ///
+    /// - Returns: false when it is not; nil for a version-1 segment (read the record whole).
+    /// - Throws: ``PackError/Code/io`` when the read fails.
+    public func holdsRecord(at offset: UInt64, identity: RecordIdentity, bodyLength: UInt64) throws -> Bool? {
+        guard format.version == 2 else { return nil }
+        guard let header = try intactHeader(at: offset) else { return false }
+        return header.identity == identity && header.bodyLength == bodyLength
+    }
+
+    /// The version-2 record header at `offset` if it is intact (its checksum, seeded with this
+    /// store's secret and the place, matches).
+    private func intactHeader(at offset: UInt64) throws -> RecordHeader? {
         var raw = [UInt8](repeating: 0, count: PackFormat.Version2.recordHeaderSize)
         let n = try raw.withUnsafeMutableBytes { b in
             try SystemCall.pread(descriptor, into: b, at: offset, path: path, faults: faults)
         }
         guard n == raw.count,
-            case .success(let header) = raw.withUnsafeBytes({ RecordCodec.headerV2($0, format: format, segment: id, offset: offset) }),
-            header.identity == identity, header.bodyLength == UInt64(body.count)
-        else { return false }
-        return body.withUnsafeBytes { XXH3.hash64($0, seed: format.bodySeed(.link)) } == header.bodyChecksum
+            case .success(let header) = raw.withUnsafeBytes({ RecordCodec.headerV2($0, format: format, segment: id, offset: offset) })
+        else { return nil }
+        return header
     }
 
     private func damaged(at offset: UInt64) -> PackError {

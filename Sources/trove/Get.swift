@@ -22,7 +22,7 @@ extension TroveCommand {
                 try fail("no entry for \(cacheKey)", code: ExitCodes.notFound)
             }
             if let output {
-                try writeOutput(entry.data, to: output)
+                try writeOutput(entry.data, to: output, outside: store.directory)
             } else {
                 FileHandle.standardOutput.write(entry.data)
             }

@@ -166,10 +166,27 @@ func readInput(_ path: String, limit: Int) throws -> Data {
 }
 
 /// Writes `data` to the file at `path` (created or replaced). Fails with exit code 73.
-func writeOutput(_ data: Data, to path: String) throws {
-    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+///
+/// With `store`, refuses — before changing a byte — a `path` that is one of the store's files
+/// by any name (a symbolic or hard link to `index.sqlite` or a segment) or that leads into
+/// the store directory (a dangling link there): `-o` must never damage the store.
+func writeOutput(_ data: Data, to path: String, outside store: String? = nil) throws {
+    var before = stat()
+    let existed = stat(path, &before) == 0
+    // No O_TRUNC: the file is checked before it is emptied.
+    let fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
     guard fd >= 0 else { try fail("cannot write \(path): \(String(cString: strerror(errno)))", code: ExitCodes.cannotWrite) }
     defer { close(fd) }
+    var st = stat()
+    guard fstat(fd, &st) == 0 else { try fail("cannot write \(path): \(String(cString: strerror(errno)))", code: ExitCodes.cannotWrite) }
+    if let store, let reason = storeFile(fd, st, in: store) {
+        // A file this call created inside the store is removed again (by its real path).
+        if !existed, let real = realPath(ofDescriptor: fd) { unlink(real) }
+        try fail("cannot write \(path): \(reason) — -o never writes into the store", code: ExitCodes.cannotWrite)
+    }
+    if (st.st_mode & S_IFMT) == S_IFREG && ftruncate(fd, 0) != 0 {
+        try fail("cannot write \(path): \(String(cString: strerror(errno)))", code: ExitCodes.cannotWrite)
+    }
     var done = 0
     while done < data.count {
         let n = data.withUnsafeBytes { write(fd, $0.baseAddress! + done, $0.count - done) }
@@ -177,4 +194,33 @@ func writeOutput(_ data: Data, to path: String) throws {
         if n <= 0 { try fail("cannot write \(path): \(String(cString: strerror(errno)))", code: ExitCodes.cannotWrite) }
         done += n
     }
+}
+
+/// Why the open file `fd` (with status `st`) belongs to the store at `directory`, or nil:
+/// it is inside the store directory, or it is the same file as one of the store's.
+private func storeFile(_ fd: Int32, _ st: stat, in directory: String) -> String? {
+    guard let storeReal = realPath(directory) else { return nil }
+    if let real = realPath(ofDescriptor: fd), real == storeReal || real.hasPrefix(storeReal + "/") {
+        return "it is inside the store \(directory)"
+    }
+    for folder in [storeReal, storeReal + "/packs"] {
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? [] {
+            var other = stat()
+            if lstat(folder + "/" + name, &other) == 0 && other.st_dev == st.st_dev && other.st_ino == st.st_ino {
+                return "it is the store's file \(folder)/\(name) under another name"
+            }
+        }
+    }
+    return nil
+}
+
+private func realPath(_ path: String) -> String? {
+    guard let real = realpath(path, nil) else { return nil }
+    defer { free(real) }
+    return String(cString: real)
+}
+
+/// The path the kernel has for an open file (Linux: the `/proc/self/fd` link).
+private func realPath(ofDescriptor fd: Int32) -> String? {
+    realPath("/proc/self/fd/\(fd)")
 }

@@ -105,7 +105,7 @@ extension TroveCommand {
                 }
             }
             let elapsed = clock.now - start
-            if let output { try writeOutput(Data(bytes), to: output) }
+            if let output { try writeOutput(Data(bytes), to: output, outside: store.directory) }
             let ms = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
             printOut(
                 "\(outputSize.0)×\(outputSize.1) WebP, \(ByteCount(bytes.count)), " + String(format: "%.1f ms", ms) + detail)

@@ -168,6 +168,37 @@ import TroveTestSupport
         }
     }
 
+    /// `-o` never writes into the store, by any name: a symbolic or hard link to one of its
+    /// files, or a dangling link into its directory. The store's files are unchanged.
+    @Test func anOutputNeverOverwritesTheStore() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = dir + "/store"
+            #expect(try trove(["put", "--store", store, "k", "-"], stdin: Data("value".utf8)).status == 0)
+            let segment = store + "/packs/00000001.pack"
+            let index = store + "/index.sqlite"
+            let before = try Data(contentsOf: URL(fileURLWithPath: segment))
+            try FileManager.default.createSymbolicLink(atPath: dir + "/to-index", withDestinationPath: index)
+            try FileManager.default.linkItem(atPath: segment, toPath: dir + "/hard-segment")
+            try FileManager.default.createSymbolicLink(atPath: dir + "/dangling", withDestinationPath: store + "/packs/00000009.pack")
+            for target in [dir + "/to-index", dir + "/hard-segment", dir + "/dangling", store + "/packs/out", index] {
+                let run = try trove(["get", "--store", store, "k", "-o", target])
+                #expect(run.status == 73, "\(target): \(run.stderrText)")
+                #expect(run.stderrText.contains("never writes into the store") || run.stderrText.contains("inside the store"))
+            }
+            #expect(!FileManager.default.fileExists(atPath: store + "/packs/00000009.pack"))
+            #expect(!FileManager.default.fileExists(atPath: store + "/packs/out"))
+            // The segment is byte for byte what it was; the index (which closing may checkpoint)
+            // is still a SQLite database.
+            #expect(try Data(contentsOf: URL(fileURLWithPath: segment)) == before)
+            #expect(try Data(contentsOf: URL(fileURLWithPath: index)).prefix(15) == Data("SQLite format 3".utf8))
+            #expect(try trove(["get", "--store", store, "k"]).stdout == Data("value".utf8))
+            // An ordinary output still works, and replaces what was there.
+            try Data(repeating: 7, count: 100).write(to: URL(fileURLWithPath: dir + "/out"))
+            #expect(try trove(["get", "--store", store, "k", "-o", dir + "/out"]).status == 0)
+            #expect(try Data(contentsOf: URL(fileURLWithPath: dir + "/out")) == Data("value".utf8))
+        }
+    }
+
     /// Reading a mistyped path is an error, not a new empty store.
     @Test func readsDoNotCreateStores() async throws {
         try await withTemporaryDirectory { dir in

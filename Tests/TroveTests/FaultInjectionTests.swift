@@ -349,4 +349,122 @@ import TroveTestSupport
             }
         }
     }
+
+    /// On a full disk, a put and a removal whose index commit failed are seen by every way of
+    /// looking at the store — reads, `forEachEntry`, `entries(url:)` — in the store that made
+    /// them and after reopening while the disk is still full (the replay waits in memory);
+    /// `statistics()` and a check without repair run there too.
+    @Test(.enabled(if: isRoot, "mounting a tmpfs needs root"))
+    func aFullDiskKeepsListingsTrue() async throws {
+        try await withTemporaryDirectory { dir in
+            let mount = dir + "/fs"
+            try Self.withTmpfs(mount, megabytes: 8) {
+                var sawIndexFailure = false
+                for free in [0, 4 << 10, 8 << 10, 16 << 10, 24 << 10, 32 << 10, 48 << 10, 64 << 10] {
+                    let storePath = mount + "/store"
+                    try? FileManager.default.removeItem(atPath: storePath)
+                    try? FileManager.default.removeItem(atPath: mount + "/ballast")
+                    var model: [CacheKey: Data] = [:]
+                    do {
+                        let store = try Store(directory: storePath, configuration: Store.Configuration(durability: .full))
+                        for (i, key) in Self.keys.prefix(6).enumerated() {
+                            let value = Data(testBytes(seed: UInt64(i), count: 3_000))
+                            try store.put(value, for: key)
+                            model[key] = value
+                        }
+                        try store.close()
+                    }
+                    try Self.fill(mount, leaving: free)
+                    let context = "\(free) bytes free"
+                    let full = try Store(directory: storePath, configuration: Store.Configuration(durability: .full))
+                    var pending = false
+                    let late = Data("late".utf8)
+                    do {
+                        try full.put(late, for: Self.keys[1])
+                        model[Self.keys[1]] = late
+                    } catch let error as StoreError where error.code == .index {
+                        model[Self.keys[1]] = late  // its record is in the pack: it takes effect
+                        pending = true
+                    } catch is StoreError {
+                        continue  // not even the record fit: nothing to see here
+                    }
+                    do {
+                        #expect(try full.remove(Self.keys[2]))
+                        model[Self.keys[2]] = nil
+                    } catch let error as StoreError where error.code == .index {
+                        model[Self.keys[2]] = nil
+                        pending = true
+                    } catch is StoreError {}
+                    guard pending else {
+                        try? full.close()
+                        continue
+                    }
+                    sawIndexFailure = true
+                    func expectListed(_ store: Store, _ when: String) throws {
+                        for key in Self.keys.prefix(6) {
+                            #expect(try store.data(for: key) == model[key], "\(context), \(when): \(key)")
+                        }
+                        var listed: [CacheKey: Int] = [:]
+                        try store.forEachEntry { listed[$0.key] = $0.cost }
+                        #expect(Set(listed.keys) == Set(model.keys), "\(context), \(when): forEachEntry")
+                        #expect(listed[Self.keys[1]] == late.count, "\(context), \(when): the late put's entry")
+                        #expect(try store.entries(url: Self.keys[2].url).isEmpty, "\(context), \(when): entries(url:)")
+                        _ = try store.statistics()
+                        _ = try store.fsck()
+                    }
+                    try expectListed(full, "in the store that wrote")
+                    try? full.close()
+                    let again = try Store(directory: storePath)
+                    try expectListed(again, "reopened full")
+                    try? again.close()
+                    try FileManager.default.removeItem(atPath: mount + "/ballast")
+                    let roomy = try Store(directory: storePath)
+                    try expectListed(roomy, "space freed")
+                    #expect(try roomy.fsck().findings.allSatisfy(\.repaired), "\(context)")
+                    try roomy.close()
+                }
+                #expect(sawIndexFailure, "no index commit failed: the listings on a full disk went untested")
+            }
+        }
+    }
+
+    /// `--rebuild-index` on a full disk fails with a typed error and leaves the old index in
+    /// place: the store opens and serves everything as before.
+    @Test(.enabled(if: isRoot, "mounting a tmpfs needs root"))
+    func aRebuildOnAFullDiskKeepsTheOldIndex() async throws {
+        try await withTemporaryDirectory { dir in
+            let mount = dir + "/fs"
+            try Self.withTmpfs(mount, megabytes: 8) {
+                let storePath = mount + "/store"
+                var model: [CacheKey: Data?] = [:]
+                do {
+                    let store = try Store(directory: storePath)
+                    for (i, key) in Self.keys.enumerated() {
+                        let value = Data(testBytes(seed: UInt64(i), count: 5_000))
+                        try store.put(value, for: key)
+                        model[key] = .some(value)
+                    }
+                    try store.close()
+                }
+                try Self.fill(mount, leaving: 0)
+                do {
+                    _ = try Store.rebuildIndex(directory: storePath)
+                    Issue.record("the rebuild succeeded on a full disk")
+                } catch let error as StoreError {
+                    #expect([.io, .index].contains(error.code), "\(error)")
+                }
+                #expect(FileManager.default.fileExists(atPath: storePath + "/index.sqlite"))
+                let names = try FileManager.default.contentsOfDirectory(atPath: storePath)
+                #expect(!names.contains { $0.contains(".damaged-") }, "\(names)")
+                let store = try Store(directory: storePath)
+                #expect(!store.recoveryReport.rebuiltIndex)
+                #expect(Self.check(store, model: model, context: "after the failed rebuild") == 0)
+                try store.close()
+                try FileManager.default.removeItem(atPath: mount + "/ballast")
+                _ = try Store.rebuildIndex(directory: storePath)
+                let rebuilt = try Store(directory: storePath)
+                #expect(Self.check(rebuilt, model: model, context: "rebuilt with room") == 0)
+            }
+        }
+    }
 }

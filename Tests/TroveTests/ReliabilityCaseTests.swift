@@ -523,6 +523,95 @@ import TroveTestSupport
         }
     }
 
+    /// Both copies of the committed sequence lost after a removal (a tombstone leaves no row):
+    /// the counter is recovered from the packs, so a later put of the same key gets a higher
+    /// number than the tombstone and survives a rebuild from the packs.
+    @Test func aLostCounterAfterARemovalNeverBuriesALaterPut() async throws {
+        try await withTemporaryDirectory { dir in
+            try populate(dir)
+            do {
+                let store = try openStore(dir)
+                #expect(try store.remove(keys[2]))
+                try store.close()
+            }
+            try execute(dir, "DELETE FROM meta WHERE key LIKE 'sequence%'")
+            let store = try openStore(dir)
+            #expect(try store.unrepairedDamage().contains { $0.kind == .wrongSequence })
+            try store.put(Data("again".utf8), for: keys[2])
+            try store.close()
+            _ = try Store.rebuildIndex(directory: dir + "/store")
+            let rebuilt = try openStore(dir)
+            #expect(try rebuilt.data(for: keys[2]) == Data("again".utf8))
+            #expect(try rebuilt.data(for: keys[0]) == value(0))
+        }
+    }
+
+    /// Segments copied in from another store — more of them than the store has — do not
+    /// outvote the segments the index names: the store's own are kept and served, the others
+    /// set aside, none of their keys served.
+    @Test func foreignSegmentsDoNotOutvoteTheStoresOwn() async throws {
+        try await withTemporaryDirectory { dir in
+            try populate(dir)
+            let other = dir + "/other"
+            do {
+                let store = try openStore(other, segmentSize: 16 << 10)
+                for i in 0..<8 { try store.put(value(100 + i), for: CacheKey(url: "https://other.example/\(i)")) }
+                try store.close()
+            }
+            let theirs = try StoreFiles(root: other).segmentIDs()
+            #expect(theirs.count >= 3)
+            for (n, id) in theirs.enumerated() {
+                try FileManager.default.copyItem(
+                    atPath: StoreFiles(root: other).segment(id), toPath: StoreFiles(root: dir).segment(UInt32(50 + n)))
+            }
+            let store = try openStore(dir)
+            try expectAllServed(store)
+            #expect(!store.recoveryReport.setAsideFiles.isEmpty)
+            for i in 0..<8 { #expect(try store.data(for: CacheKey(url: "https://other.example/\(i)")) == nil) }
+            _ = try store.fsck(repair: true)
+            try expectAllServed(store, "after repair")
+        }
+    }
+
+    /// The compactor never deletes a record an entry still needs because a damaged index row
+    /// points elsewhere: it leaves the segment alone, records the damage, and repair restores
+    /// the entry from the record.
+    @Test(arguments: [
+        "UPDATE entries SET link_offset = link_offset + 4 WHERE url = 'https://x.example/k1'",
+        "UPDATE entries SET link_segment = 99 WHERE url = 'https://x.example/k1'",
+        "UPDATE entries SET sequence = sequence + 1000, link_offset = 48 WHERE url = 'https://x.example/k1'",
+        "UPDATE blobs SET offset = offset + 8 WHERE id = (SELECT blob FROM entries WHERE url = 'https://x.example/k1')",
+    ])
+    func theCompactorNeverDropsARecordOnADamagedRowsWord(edit: String) async throws {
+        try await withTemporaryDirectory { dir in
+            let files = StoreFiles(root: dir)
+            do {
+                // k1 shares its segment with a larger value that is then removed: the segment
+                // is sparse, and the compactor rewrites it.
+                let store = try openStore(dir, segmentSize: 40 << 10) { $0.compactionInterval = nil }
+                let filler = CacheKey(url: "https://x.example/filler")
+                try store.put(Data(testBytes(seed: 77, count: 25_000)), for: filler)
+                try store.put(value(0), for: keys[0])
+                #expect(try store.remove(filler))
+                try store.put(value(1), for: keys[1])
+                try store.put(value(2), for: keys[2])
+                try store.close()
+            }
+            #expect(try files.segmentIDs().count >= 2)
+            try execute(dir, edit)
+            let store = try openStore(dir, segmentSize: 16 << 10) { $0.compactionInterval = nil }
+            let first = try store.compact()
+            #expect(first.segmentsSkipped == 1, "\(edit): \(first)")
+            #expect(try files.segmentIDs().contains(1), "\(edit): k1's segment was deleted")
+            let report = try store.fsck(repair: true)
+            #expect(report.entriesLost == 0, "\(edit): \(report.findings)")
+            #expect(try store.fsck().isClean, "\(edit)")
+            try expectAllServed(store, edit)
+            _ = try store.compact()
+            try expectAllServed(store, edit + ", compacted after repair")
+        }
+    }
+
     /// Closing keeps the WAL files, so the next open needs no space to create them.
     @Test func closingKeepsTheWALFiles() async throws {
         try await withTemporaryDirectory { dir in

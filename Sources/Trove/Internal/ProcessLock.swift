@@ -12,8 +12,17 @@ final class ProcessLock: Sendable {
     init(path: String) throws(StoreError) {
         let fd = try SystemCall.openLockFile(path)
         do throws(StoreError) {
-            guard try SystemCall.tryLock(fd, path: path) else {
+            var waited = 0
+            while !(try SystemCall.tryLock(fd, path: path)) {
                 let owner = String(decoding: SystemCall.readAll(fd, limit: 32), as: UTF8.self).filter(\.isNumber)
+                // A lock this process held a moment ago may still be held by a child process it
+                // started (a fork holds copies of every descriptor until its exec closes them):
+                // wait a little before refusing. Another process's lock is refused at once.
+                if owner == String(SystemCall.processID) && waited < 500 {
+                    SystemCall.pause(milliseconds: 5)
+                    waited += 5
+                    continue
+                }
                 throw StoreError(
                     code: .locked,
                     message: "the store is in use by process \(owner.isEmpty ? "(unknown pid)" : owner) "

@@ -71,6 +71,13 @@ struct IndexEvidence: Sendable {
     /// Every write with a lower sequence was applied to this index; nil when there is no
     /// index, or it is damaged (then the absence of a row proves nothing).
     var committedSequence: UInt64?
+    /// The highest copy of the committed sequence the index recorded (its meta table, not its
+    /// rows); nil when unknown. A row claiming this number or more is damaged.
+    var recordedSequence: UInt64?
+    /// Whether the packs are known to hold every record they were given: no damage whose
+    /// record cannot be named, no segment missing or cut short. Only then is a damaged row's
+    /// claim of a newer write dismissed (no such write can be hidden anywhere).
+    var packsAreWhole = false
     /// Read times the index kept, by key digest (a rebuild keeps LRU order with them).
     var accessTimes: [ContentHash: Int64] = [:]
 }
@@ -79,8 +86,8 @@ struct IndexEvidence: Sendable {
 enum KeyResolution: Sendable {
     /// Serve this link and blob.
     case entry(LinkRecord, link: RecordLocation, blob: BlobCopy)
-    /// No entry: the newest write is a removal, or there is no intact record at all.
-    case absent
+    /// No entry: the newest write is a removal (of this key), or there is no intact record at all.
+    case absent(CacheKey?)
     /// No entry: a newer write than any intact record existed (a damaged record, or the
     /// index's claim), or the newest link's blob is gone. `older` is the newest intact link,
     /// which must never be served again (a tombstone over it makes that durable).
@@ -240,17 +247,23 @@ struct RecordFold: Sendable {
     func resolve(_ digest: ContentHash, evidence: IndexEvidence) -> KeyResolution {
         // A row that points at an intact link of its key speaks for that link, whatever its own
         // sequence column says (a damaged column must not make a lost write out of an intact one).
+        // Any other row claiming a sequence the index never committed is damaged: when the
+        // packs are whole it shows the key had an entry, not that a newer write existed; when
+        // they are not, a newer write may be what was lost, and the claim stands.
         let claim = evidence.claims[digest].map { claim -> UInt64 in
-            guard let at = claim.location, let (_, identity) = record(atSegment: at.segment, offset: at.offset),
+            if let at = claim.location, let (_, identity) = record(atSegment: at.segment, offset: at.offset),
                 identity.type == .link, identity.digest == digest
-            else { return claim.sequence }
-            return identity.sequence
+            {
+                return identity.sequence
+            }
+            if evidence.packsAreWhole, let recorded = evidence.recordedSequence, claim.sequence >= recorded { return 0 }
+            return claim.sequence
         }
         let damaged = damagedWrites[digest]
         guard let newest = newest[digest] else {
-            return claim != nil || damaged != nil ? .lost(older: nil, reason: "no intact record of it is left") : .absent
+            return claim != nil || damaged != nil ? .lost(older: nil, reason: "no intact record of it is left") : .absent(nil)
         }
-        guard case .link(let link) = newest.content else { return .absent }
+        guard case .link(let link) = newest.content else { return .absent(newest.key) }
         if let damaged, damaged >= newest.sequence {
             return .lost(older: link, reason: "its newest record (sequence \(damaged)) is damaged")
         }

@@ -66,10 +66,10 @@ struct Recovery {
     }
 
     mutating func run(rebuilding evidence: IndexEvidence?, progress: (WorkProgress) -> Void) throws -> PackWriter {
-        let indexedMax = try index.segments().map(\.id).max() ?? 0
-        var placement = try SegmentPlacement.place(packs, indexedMax: indexedMax, faults: faults)
+        let indexed = Set(try index.segments().map(\.id))
+        var placement = try SegmentPlacement.place(packs, indexedMax: indexed.max() ?? 0, faults: faults)
         let stored = try index.secret().map { PackSecret(first: $0.first, second: $0.second) }
-        let secret = placement.secret(fromIndex: stored) ?? PackSecret.random()
+        let secret = placement.secret(fromIndex: stored, indexed: indexed) ?? PackSecret.random()
         try placement.setAsideForeign(secret: secret, in: packs, faults: faults)
         let now = configuration.clock()
         for moved in placement.renamed {
@@ -88,6 +88,21 @@ struct Recovery {
         let lostIndex = rows.isEmpty && committed == nil && !(placement.headers.isEmpty && placement.unreadable.isEmpty)
         // New sequence numbers start past anything the index shows, even a damaged raised copy.
         nextSequence = committed?.higher ?? 0
+        // An index whose every copy of the counter is lost or damaged cannot say which numbers
+        // a removal used (tombstones leave no row): only the packs can. Read them all — this
+        // is damage, and rare — so that no number is handed out twice.
+        var packsSequence: UInt64?
+        if !rows.isEmpty, try index.hasLostSequence() {
+            var fold = RecordFold()
+            for id in placement.headers.keys.sorted() {
+                if let file = try? SegmentFile.open(id: id, in: packs, writable: false, faults: faults) { try fold.fold(file) }
+            }
+            packsSequence = fold.nextSequence
+            recordDamage(
+                .wrongSequence, segment: 0, start: 0, end: 0,
+                "the index's sequence counter was lost or damaged; it was recovered from the packs (\(fold.nextSequence))",
+                at: now)
+        }
         if evidence != nil || lostIndex {
             return try index.writing {
                 if stored != secret { try index.setSecret(first: secret.first, second: secret.second) }
@@ -100,7 +115,9 @@ struct Recovery {
         }
         // The usual open: plan without writing, then write only what changed — so that a store
         // opens, and reads, on a full disk.
-        var (plan, writer) = try planReplay(rows, committed: committed ?? (0, 0), placement: placement, format: format)
+        var sequences = committed ?? (0, 0)
+        if let packsSequence { sequences.higher = max(sequences.higher, packsSequence) }
+        var (plan, writer) = try planReplay(rows, committed: sequences, placement: placement, format: format)
         plan.secret = stored != secret ? secret : nil
         do {
             if !plan.isEmpty {
@@ -162,7 +179,8 @@ struct Recovery {
                     slots[link.key] = .present(IndexedEntry(entry: row, blob: blobRow))
                 case .lost(let older?, _): slots[older.key] = .removed
                 case .unreflected(let link, _): slots[link.key] = .removed
-                case .absent, .lost: break
+                case .absent(let key?): slots[key] = .removed
+                case .absent(nil), .lost(nil, _): break
                 }
             }
             return slots

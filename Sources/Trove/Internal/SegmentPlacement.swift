@@ -104,19 +104,24 @@ struct SegmentPlacement {
         return placement
     }
 
-    /// The secret of the store: the one most version-2 segment headers carry — the packs are
-    /// the truth, so one damaged copy in the index cannot make every segment foreign — with the
-    /// index's copy deciding a tie, and standing alone only when no segment has a secret yet.
-    func secret(fromIndex stored: PackSecret?) -> PackSecret? {
-        var votes: [PackSecret: Int] = [:]
-        for header in headers.values {
-            if let secret = header.format.secret { votes[secret, default: 0] += 1 }
+    /// The secret of the store, by what the segments say: the one most of the segments the
+    /// index names carry (segments copied in from another store are not among them, and one
+    /// damaged copy in the index's meta table cannot outvote them); with the index lost, the
+    /// one most segments carry. The index's copy decides a tie, and stands alone only when no
+    /// segment has a secret yet.
+    func secret(fromIndex stored: PackSecret?, indexed: Set<UInt32>) -> PackSecret? {
+        func majority(_ ids: [UInt32]) -> PackSecret? {
+            var votes: [PackSecret: Int] = [:]
+            for id in ids {
+                if let secret = headers[id]?.format.secret { votes[secret, default: 0] += 1 }
+            }
+            guard let most = votes.values.max() else { return nil }
+            let leaders = votes.filter { $0.value == most }.map(\.key)
+            if let stored, leaders.contains(stored) { return stored }
+            // A tie without the index's word: the newest segment's among the leaders.
+            return ids.sorted(by: >).compactMap { headers[$0]?.format.secret }.first { leaders.contains($0) }
         }
-        guard let most = votes.values.max() else { return stored }
-        let leaders = votes.filter { $0.value == most }.map(\.key)
-        if let stored, leaders.contains(stored) { return stored }
-        // A tie without the index's word: the secret of the newest segment among the leaders.
-        return headers.sorted { $0.key > $1.key }.compactMap(\.value.format.secret).first { leaders.contains($0) }
+        return majority(headers.keys.filter(indexed.contains)) ?? majority(Array(headers.keys)) ?? stored
     }
 
     /// Sets aside the version-2 segments written under another secret (copied in from another

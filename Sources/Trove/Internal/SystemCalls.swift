@@ -98,5 +98,22 @@ enum SystemCall {
 
     static func close(_ fd: Int32) { _ = Glibc.close(fd) }
 
+    /// Renames `from` to `to` (replacing `to`), or throws `.io` naming both.
+    static func rename(_ from: String, to: String) throws(StoreError) {
+        guard Glibc.rename(from, to) == 0 else {
+            throw StoreError(code: .io, message: "cannot rename \(from) to \(to): \(errorText(errno))")
+        }
+    }
+
+    /// Removes the file at `path`; a missing file is not an error.
+    static func removeFile(_ path: String) throws(StoreError) {
+        guard unlink(path) == 0 || errno == ENOENT else {
+            throw StoreError(code: .io, message: "cannot remove \(path): \(errorText(errno))")
+        }
+    }
+
     static var processID: Int32 { getpid() }
+
+    /// Sleeps the calling thread.
+    static func pause(milliseconds: Int) { usleep(useconds_t(milliseconds * 1000)) }
 }
