@@ -21,6 +21,7 @@ import TroveTestSupport
 ///   must have reported damage); these cases are counted separately;
 /// - after `fsck --repair`, a second `fsck` is clean.
 ///
+/// `TROVE_REPAIR_SEED=n` runs the cases of store `n` alone (to reproduce a failure);
 /// `TROVE_REPAIR_CASES` sets the number of damage cases (default 3000); the last line of the
 /// test's output gives the counts.
 @Suite struct RepairPropertyTests {
@@ -49,7 +50,8 @@ import TroveTestSupport
         try await withTemporaryDirectory { dir in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 let width = max(2, ProcessInfo.processInfo.activeProcessorCount)
-                for seed in 0..<stores {
+                let only = ProcessInfo.processInfo.environment["TROVE_REPAIR_SEED"].flatMap { Int($0) }
+                for seed in only.map({ $0...$0 }) ?? 0...(stores - 1) {
                     if seed >= width { try await group.next() }
                     group.addTask {
                         let result = try Self.run(seed: UInt64(seed), in: dir + "/s\(seed)")
@@ -72,7 +74,7 @@ import TroveTestSupport
                 + "\(t.casesWithIndexAndPackDamage) cases damaged both index and packs, in which "
                 + "\(t.olderValuesWhereAllTraceWasLost) older values were served with every trace of the newer write gone")
         #expect(t.violations == 0)
-        #expect(t.cases >= stores * Self.casesPerStore)
+        if ProcessInfo.processInfo.environment["TROVE_REPAIR_SEED"] == nil { #expect(t.cases >= stores * Self.casesPerStore) }
     }
 
     /// One generated store and its damage cases.
@@ -88,6 +90,7 @@ import TroveTestSupport
             var damage = Damage()
             try damage.apply(to: work, model: model, using: &generator)
             let context = "seed \(seed) case \(variant) [\(damage.log.joined(separator: "; "))]"
+            if ProcessInfo.processInfo.environment["TROVE_REPAIR_VERBOSE"] != nil { print("case: \(context)") }
             totals.cases += 1
             if damage.index && damage.packs { totals.casesWithIndexAndPackDamage += 1 }
             var checker = Checker(model: model, damage: damage, context: context)
