@@ -258,8 +258,11 @@ extension Store {
                     let kind: Moved?
                     switch record.content {
                     case .blob(let hash, let blobID, _):
+                        // Dead only when no entry links it: a damaged count must not drop it.
                         let row = try index.blob(id: Int64(bitPattern: blobID))
-                        guard let row, row.references > 0 || queuedBlobs.contains(blobID) else {
+                        var live = queuedBlobs.contains(blobID)
+                        if let row, !live { live = try row.references > 0 || index.isLinked(blobID: row.id) }
+                        guard let row, live else {
                             kind = nil
                             break
                         }

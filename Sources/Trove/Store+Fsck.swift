@@ -186,7 +186,8 @@ struct FsckRun {
             } else {
                 rowByDigest[digest] = row
             }
-            evidence.claim(digest, sequence: row.sequence, at: (row.linkSegment, row.linkOffset))
+            evidence.claim(
+                digest, sequence: row.sequence, at: (row.linkSegment, row.linkOffset), blob: UInt64(bitPattern: row.blobID))
             evidence.accessTimes[digest] = max(evidence.accessTimes[digest] ?? 0, row.accessedAt)
         }
         for row in strayRows {

@@ -117,7 +117,9 @@ extension Store {
         if sound, let committed = try? index.committedSequence() { evidence.committedSequence = committed.higher }
         if sound { evidence.recordedSequence = try? index.recordedSequence() }
         for row in (try? index.entryRows()) ?? [] where row.key.digest == row.keyDigest {
-            evidence.claim(row.keyDigest, sequence: row.sequence, at: (row.linkSegment, row.linkOffset))
+            evidence.claim(
+                row.keyDigest, sequence: row.sequence, at: (row.linkSegment, row.linkOffset),
+                blob: UInt64(bitPattern: row.blobID))
             evidence.accessTimes[row.keyDigest] = row.accessedAt
         }
         return evidence

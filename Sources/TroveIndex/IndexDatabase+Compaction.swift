@@ -82,10 +82,13 @@ extension IndexDatabase {
         return out
     }
 
-    /// Deletes the rows of blobs in `segment` that no entry links to; returns how many.
+    /// Deletes the rows of blobs in `segment` that no entry links to (by the entries, whatever
+    /// the counts say); returns how many.
     @discardableResult
     public func deleteDeadBlobs(in segment: UInt32) throws(IndexError) -> Int {
-        try connection.statement("DELETE FROM blobs WHERE segment = ? AND refs <= 0").run([.integer(Int64(segment))])
+        try connection.statement(
+            "DELETE FROM blobs WHERE segment = ? AND refs <= 0 AND NOT EXISTS (SELECT 1 FROM entries e WHERE e.blob = blobs.id)"
+        ).run([.integer(Int64(segment))])
         return connection.changes
     }
 }

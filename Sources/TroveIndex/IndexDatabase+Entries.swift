@@ -102,6 +102,11 @@ extension IndexDatabase {
         return old
     }
 
+    /// Whether any entry links to blob `id` (read from the entries, not the blob's count).
+    public func isLinked(blobID id: Int64) throws(IndexError) -> Bool {
+        try connection.statement("SELECT 1 FROM entries WHERE blob = ? LIMIT 1").first([.integer(id)]) { _ in true } ?? false
+    }
+
     /// Every entry linked to blob `id`.
     public func entries(blobID id: Int64) throws(IndexError) -> [EntryRow] {
         var out: [EntryRow] = []

@@ -66,5 +66,10 @@ enum IndexSchema {
             PRIMARY KEY (segment, start, kind)
         ) WITHOUT ROWID;
         """,
+        // Version 3: entries by blob, so that whether a blob is linked is read from the entries
+        // themselves (a damaged reference count must never make the compactor drop a live blob).
+        """
+        CREATE INDEX entries_by_blob ON entries(blob);
+        """,
     ]
 }

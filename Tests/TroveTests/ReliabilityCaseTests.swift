@@ -546,6 +546,39 @@ import TroveTestSupport
         }
     }
 
+    /// A row whose sequence was lowered to its key's older link, and whose own link was cut
+    /// off with the end of the segment: the row names another blob at that sequence, so it is
+    /// a newer write the packs lost — the older value is never served, by repair or rebuild.
+    /// (Found by the repair property test, seed 474.)
+    @Test(arguments: [false, true])
+    func aRowLoweredOntoAnOlderLinkNeverServesIt(rebuild: Bool) async throws {
+        let k = CacheKey(url: "https://x.example/k")
+        let (old, new) = (value(1), value(2))
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir)
+            try store.put(new, for: CacheKey(url: "https://x.example/shared"))
+            try store.put(old, for: k)
+            try store.put(new, for: k)  // a link alone: the blob is shared
+            try store.close()
+            let row = try #require(
+                try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: true).entryRows().first { $0.key == k })
+            try execute(dir, "UPDATE entries SET sequence = sequence - 1 WHERE url = '\(k.url)'")
+            try StoreFiles(root: dir).truncate(StoreFiles(root: dir).segment(row.linkSegment), to: Int(row.linkOffset))
+            if rebuild {
+                _ = try Store.rebuildIndex(directory: dir + "/store")
+            }
+            let reopened = try openStore(dir)
+            #expect((try? reopened.data(for: k)) != old)
+            let report = try reopened.fsck(repair: true)
+            #expect(report.isClean == rebuild)  // a rebuild has already dealt with it
+            #expect(try reopened.data(for: k) == nil)
+            #expect(try reopened.fsck().isClean)
+            try reopened.close()
+            _ = try Store.rebuildIndex(directory: dir + "/store")
+            #expect(try openStore(dir).data(for: k) == nil)
+        }
+    }
+
     /// Segments copied in from another store — more of them than the store has — do not
     /// outvote the segments the index names: the store's own are kept and served, the others
     /// set aside, none of their keys served.
@@ -609,6 +642,36 @@ import TroveTestSupport
             try expectAllServed(store, edit)
             _ = try store.compact()
             try expectAllServed(store, edit + ", compacted after repair")
+        }
+    }
+
+    /// A blob whose reference count was damaged to zero while entries still link to it is
+    /// live to the compactor: it is copied with its segment, never dropped.
+    @Test func theCompactorKeepsABlobWhoseCountSaysDead() async throws {
+        try await withTemporaryDirectory { dir in
+            do {
+                let store = try openStore(dir, segmentSize: 40 << 10) { $0.compactionInterval = nil }
+                let filler = CacheKey(url: "https://x.example/filler")
+                try store.put(Data(testBytes(seed: 77, count: 25_000)), for: filler)
+                try store.put(value(0), for: keys[0])
+                try store.put(value(0), for: CacheKey(url: "https://x.example/same"))  // two links, one blob
+                #expect(try store.remove(filler))
+                try store.put(value(1), for: keys[1])
+                try store.put(value(2), for: keys[2])
+                try store.close()
+            }
+            try execute(dir, "UPDATE blobs SET refs = 0 WHERE id = (SELECT blob FROM entries WHERE url = '\(keys[0].url)')")
+            let store = try openStore(dir, segmentSize: 16 << 10) { $0.compactionInterval = nil }
+            let first = try store.compact()
+            #expect(first.segmentsRewritten >= 1, "\(first)")
+            try expectAllServed(store)
+            #expect(try store.data(for: CacheKey(url: "https://x.example/same")) == value(0))
+            let report = try store.fsck(repair: true)
+            #expect(report.findings.contains { $0.kind == .wrongReferenceCount }, "\(report.findings)")
+            #expect(report.entriesLost == 0)
+            #expect(try store.fsck().isClean)
+            _ = try store.compact()
+            try expectAllServed(store, "compacted after repair")
         }
     }
 

@@ -52,10 +52,12 @@ struct BlobCopy: Hashable, Sendable {
 /// What the index says about keys, as evidence for resolving them: never a source of content
 /// (records are), only of which writes existed.
 struct IndexEvidence: Sendable {
-    /// What an index row says of a key: the sequence of its write, and where its link record is.
+    /// What an index row says of a key: the sequence of its write, where its link record is and
+    /// which blob it links (place and blob unknown for the claims opening a store makes).
     struct Claim: Sendable {
         var sequence: UInt64
         var location: (segment: UInt32, offset: UInt64)?
+        var blob: UInt64?
     }
 
     /// Each key's write as the index knows it, by key digest. A row vouched for by the intact
@@ -64,9 +66,11 @@ struct IndexEvidence: Sendable {
     var claims: [ContentHash: Claim] = [:]
 
     /// Records a row's claim (the highest, when two rows claim one key).
-    mutating func claim(_ digest: ContentHash, sequence: UInt64, at location: (segment: UInt32, offset: UInt64)?) {
+    mutating func claim(
+        _ digest: ContentHash, sequence: UInt64, at location: (segment: UInt32, offset: UInt64)?, blob: UInt64? = nil
+    ) {
         if let known = claims[digest], known.sequence >= sequence { return }
-        claims[digest] = Claim(sequence: sequence, location: location)
+        claims[digest] = Claim(sequence: sequence, location: location, blob: blob)
     }
     /// Every write with a lower sequence was applied to this index; nil when there is no
     /// index, or it is damaged (then the absence of a row proves nothing).
@@ -250,10 +254,12 @@ struct RecordFold: Sendable {
         // Any other row claiming a sequence the index never committed is damaged: when the
         // packs are whole it shows the key had an entry, not that a newer write existed; when
         // they are not, a newer write may be what was lost, and the claim stands.
+        var vouched = false
         let claim = evidence.claims[digest].map { claim -> UInt64 in
             if let at = claim.location, let (_, identity) = record(atSegment: at.segment, offset: at.offset),
                 identity.type == .link, identity.digest == digest
             {
+                vouched = true
                 return identity.sequence
             }
             if evidence.packsAreWhole, let recorded = evidence.recordedSequence, claim.sequence >= recorded { return 0 }
@@ -269,6 +275,20 @@ struct RecordFold: Sendable {
         }
         if let claim, claim > newest.sequence {
             return .lost(older: link, reason: "the index knows a newer write (sequence \(claim)) whose record is gone")
+        }
+        // A row that names a place which holds no link of its key disagrees with the packs. When
+        // the packs may have lost a record, the row may be a newer write whose sequence column
+        // was damaged: it must not let the older link be served. Two such disagreements show:
+        // the row claims the newest link's sequence but another blob (one sequence is one
+        // write), or it claims less than a link the index committed (that link would be its row).
+        if let claim, !vouched, let row = evidence.claims[digest], row.location != nil, !evidence.packsAreWhole {
+            if claim == newest.sequence, let blob = row.blob, blob != link.blobID {
+                return .lost(older: link, reason: "the index row names another write with the same sequence (\(claim))")
+            }
+            if claim < newest.sequence, let recorded = evidence.recordedSequence, newest.sequence < recorded {
+                return .lost(
+                    older: link, reason: "the index row disagrees with its newest link (sequence \(newest.sequence)), which it committed")
+            }
         }
         if claim == nil, let committed = evidence.committedSequence, newest.sequence < committed {
             return .unreflected(link, newest.location)
