@@ -226,6 +226,19 @@ extension Store {
             let stillThere: Bool
             do { stillThere = try index.segments().contains { $0.id == id && $0.isSealed } } catch { throw StoreError(index: error) }
             guard stillThere else { return 0 }
+            // Damage found in the segment (by a read, a pass, opening) is left to `trove fsck
+            // --repair`, which judges it with every record in view: a rewrite would act on the
+            // word of a row already caught disagreeing with the packs, and would delete the
+            // record of that damage with the segment.
+            if !salvaging {
+                let damaged: Bool
+                do { damaged = try index.damage().contains { $0.segment == id } } catch { throw StoreError(index: error) }
+                if damaged {
+                    throw StoreError(
+                        code: .corruptRecord,
+                        message: "segment \(id) has unrepaired damage; it is left to `trove fsck --repair`")
+                }
+            }
             let queuedBlobs = appender.withLock { appender -> Set<UInt64> in
                 appender.reclaiming.insert(id)
                 var ids = Set<UInt64>()
@@ -287,6 +300,14 @@ extension Store {
                         }
                         let entry = found.entry
                         if entry.key == key && entry.linkSegment == id && entry.linkOffset == record.offset {
+                            // The row must describe this record exactly (as a read requires): a
+                            // row damaged to point at an older link of its key must not keep
+                            // that link alive, nor one whose blob the row does not name.
+                            guard found.describedLink == link else {
+                                throw self.uncorroborated(
+                                    "the index row of \(key) points at its link at segment \(id) offset \(record.offset) "
+                                        + "but disagrees with it", segment: id, offset: record.offset, index: index)
+                            }
                             kind = .link(key.digest, from: record.offset)
                         } else if entry.key == key && entry.sequence > link.sequence && self.holdsItsLink(found, key: key) {
                             kind = nil  // superseded by the newer link the row points at

@@ -277,7 +277,8 @@ struct FsckRun {
         }
         let nextSequence = store.appender.withLock { $0.nextSequence }
         if fold.nextSequence > nextSequence {
-            find(.wrongSequence, "the sequence counter is at \(nextSequence), but the packs hold sequence \(fold.nextSequence - 1)")
+            find(.wrongSequence, "the sequence counter would give \(nextSequence) to the next write, but the packs already hold "
+                    + "sequence \(fold.nextSequence - 1)")
         }
         for damage in try index.damage()
         where damage.kind == FsckReport.Finding.Kind.setAsideFile.rawValue || damage.kind == FsckReport.Finding.Kind.rebuiltIndex.rawValue {

@@ -187,10 +187,7 @@ extension Store {
             let file = try segmentFile(row.linkSegment)
             // Version 2: the record's header (identity, and the checksum of the body the row
             // describes) settles it with one small read.
-            let link = LinkRecord(
-                url: row.url, variant: row.variant, blobHash: found.blob.hash, blobLength: found.blob.length,
-                blobID: UInt64(bitPattern: row.blobID), sequence: row.sequence, createdAt: row.createdAt,
-                expiresAt: row.expiresAt, etag: row.etag, lastModified: row.lastModified)
+            let link = found.describedLink
             let identity = RecordIdentity(type: .link, sequence: row.sequence, digest: key.digest)
             switch try file.holdsLink(at: row.linkOffset, identity: identity, body: RecordCodec.linkBody(link)) {
             case true?: return
@@ -198,15 +195,10 @@ extension Store {
             case nil: break
             }
             let verified = try file.readRecord(at: row.linkOffset, limit: row.linkOffset + row.linkLength)
-            guard case .link(let link) = verified.record.content else {
+            guard case .link(let stored) = verified.record.content else {
                 throw StoreError(code: .corruptRecord, message: "the record there is not a link")
             }
-            if link.key == key && link.sequence == row.sequence && Int64(bitPattern: link.blobID) == row.blobID
-                && link.blobHash == found.blob.hash && link.blobLength == found.blob.length && link.etag == row.etag
-                && link.lastModified == row.lastModified && link.expiresAt == row.expiresAt && link.createdAt == row.createdAt
-            {
-                return
-            }
+            if stored == link { return }
             failure = "the index row disagrees with its link record"
         } catch let error as StoreError {
             guard error.code == .corruptRecord else {
@@ -309,6 +301,15 @@ extension Store {
 }
 
 extension IndexedEntry {
+    /// The link record this row describes: a row is trusted only where the record it points at
+    /// is exactly this (reads and the compactor both hold it to that).
+    var describedLink: LinkRecord {
+        LinkRecord(
+            url: entry.url, variant: entry.variant, blobHash: blob.hash, blobLength: blob.length,
+            blobID: UInt64(bitPattern: entry.blobID), sequence: entry.sequence, createdAt: entry.createdAt,
+            expiresAt: entry.expiresAt, etag: entry.etag, lastModified: entry.lastModified)
+    }
+
     /// Whether the entry's expiry is at or before `now` (ms).
     func isExpired(at now: Int64) -> Bool {
         entry.expiresAt.map { $0 <= now } ?? false

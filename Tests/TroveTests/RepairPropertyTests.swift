@@ -319,6 +319,8 @@ import TroveTestSupport
                 "UPDATE segments SET indexed_bytes = indexed_bytes - 60 WHERE id = (SELECT max(id) FROM segments)",
                 "UPDATE segments SET sealed = 0, indexed_bytes = 100 WHERE id = (SELECT min(id) FROM segments)",
                 "UPDATE blobs SET refs = 0 WHERE id = \(row.blobID)",
+                "UPDATE blobs SET refs = 0 WHERE id = \(row.blobID); "
+                    + "UPDATE entries SET blob = \(other.blobID) WHERE key_hash = x'\(hex)'",
                 "UPDATE segments SET live_bytes = 0",
             ]
             let edit = edits.randomElement(using: &g)!
