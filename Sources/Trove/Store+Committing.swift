@@ -74,7 +74,7 @@ extension Store {
         state.committedSequence = snapshot.sequence
         if state.deferredReplay != nil {
             state.deferredReplay = nil
-            shared.withLock { $0.pinned.removeAll() }
+            shared.withLock { $0.map.unpin() }
             // Older values whose newer write the replay found lost: tombstones, committed by the
             // next cycle.
             for link in superseded {
@@ -86,15 +86,7 @@ extension Store {
         let limit = configuration.locationCacheLimit
         appender.withLock { appender in
             let waiting = appender.release(snapshot)
-            shared.withLock { shared in
-                if shared.slots.count > limit {
-                    shared.slots = shared.slots.filter { waiting.contains($0.key) }
-                } else {
-                    shared.slots = shared.slots.filter { slot in
-                        if case .removed = slot.value { waiting.contains(slot.key) } else { true }
-                    }
-                }
-            }
+            shared.withLock { $0.map.committed(waiting: waiting, limit: limit) }
         }
     }
 

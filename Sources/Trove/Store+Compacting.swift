@@ -196,7 +196,7 @@ extension Store {
                 do { current = try index.entry(digest: victim.keyDigest) } catch { throw StoreError(index: error) }
                 guard let current, current.entry.key == key, current.entry.sequence == victim.sequence else { continue }
                 let queued = shared.withLock { shared -> Bool in
-                    switch shared.slots[key] {
+                    switch shared.map.slot(for: key) {
                     case .removed: return true
                     case .present(let slot): return slot.entry.sequence != victim.sequence
                     case nil: return false
@@ -263,7 +263,7 @@ extension Store {
             }
 
             // Which records are live, and their bytes.
-            enum Moved { case blob(Int64), link(ContentHash, from: UInt64), tombstone }
+            enum Moved { case blob(Int64), link(CacheKey, from: UInt64), tombstone }
             var live: [(record: MovableRecord, kind: Moved)] = []
             do {
                 let size = try file.size()
@@ -308,7 +308,7 @@ extension Store {
                                     "the index row of \(key) points at its link at segment \(id) offset \(record.offset) "
                                         + "but disagrees with it", segment: id, offset: record.offset, index: index)
                             }
-                            kind = .link(key.digest, from: record.offset)
+                            kind = .link(key, from: record.offset)
                         } else if entry.key == key && entry.sequence > link.sequence && self.holdsItsLink(found, key: key) {
                             kind = nil  // superseded by the newer link the row points at
                         } else {
@@ -385,7 +385,9 @@ extension Store {
             }
 
             // One transaction: the index moves to the copies and forgets the segment.
-            var movedBlobs: [Int64: (UInt32, UInt64, UInt64)] = [:]
+            var movedBlobs: [Int64: (segment: UInt32, offset: UInt64, recordBytes: UInt64)] = [:]
+            var movedKeys = Set<CacheKey>()
+            let observed = configuration.keyChanges != nil
             do {
                 try index.begin()
                 do {
@@ -394,9 +396,12 @@ extension Store {
                         case .blob(let blobID):
                             try index.moveBlob(blobID, to: copy.segment, offset: copy.offset, recordBytes: copy.length)
                             movedBlobs[blobID] = (copy.segment, copy.offset, copy.length)
-                        case .link(let digest, let from):
-                            try index.moveLink(
-                                of: digest, from: (id, from), to: copy.segment, offset: copy.offset, length: copy.length)
+                            // Reported to the observer: the keys whose bytes moved.
+                            if observed { movedKeys.formUnion(try index.entries(blobID: blobID).map(\.key)) }
+                        case .link(let key, let from):
+                            let moved = try index.moveLink(
+                                of: key.digest, from: (id, from), to: copy.segment, offset: copy.offset, length: copy.length)
+                            if moved && observed { movedKeys.insert(key) }
                         case .tombstone: break
                         }
                     }
@@ -422,11 +427,7 @@ extension Store {
             // Readers that hold the old file finish from it; new reads go to the copies.
             shared.withLock { shared in
                 shared.segmentFiles[id] = nil
-                for (key, slot) in shared.slots {
-                    guard case .present(var entry) = slot, let moved = movedBlobs[entry.blob.id] else { continue }
-                    (entry.blob.segment, entry.blob.offset, entry.blob.recordBytes) = moved
-                    shared.slots[key] = .present(entry)
-                }
+                shared.map.moved(blobs: movedBlobs, keys: movedKeys)
             }
             do {
                 if salvaging {

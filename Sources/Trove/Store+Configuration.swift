@@ -62,6 +62,13 @@ extension Store {
         /// (``StoreError/Code/notAStore``) rather than a new, empty store.
         public var createsMissingStore = true
 
+        /// Told of every key whose value changed or went away, or whose records moved, by any
+        /// path: puts, removals, expiry, eviction, compaction, a damaged record dropped, repair,
+        /// and the replay or rebuild done while opening. Called synchronously, in the order
+        /// the changes happen, while the store holds an internal lock: it must return quickly
+        /// and must not call the store.
+        public var keyChanges: (@Sendable (KeyChange) -> Void)?
+
         /// Injects failures into the pack layer's file I/O (tests only; Docs/Operations.md).
         @_spi(Testing) public var faultInjector: FaultInjector?
 

@@ -287,17 +287,23 @@ struct FsckRun {
         guard repair else { return }
 
         // 5. Repair: the index becomes what the packs say.
+        var changes: [KeyChange] = []
         try index.writing {
+            changes = []
             for row in strayRows { try index.deleteEntryRow(digest: row.keyDigest) }
             for (id, blob) in blobRowsToSet.sorted(by: { $0.key < $1.key }) {
                 try index.setBlob(
                     id: Int64(bitPattern: id), hash: blob.hash, length: blob.payloadLength, segment: blob.location.segment,
                     offset: blob.location.offset, recordBytes: blob.location.length)
             }
-            for (digest, resolution) in resolutions { _ = try applier.apply(resolution, digest: digest) }
+            for (digest, resolution) in resolutions {
+                if let change = try applier.apply(resolution, digest: digest).change { changes.append(change) }
+            }
             for id in deadBlobRows { try index.deleteBlob(id) }
             for id in unreadableRows where !salvage.contains(id) {
-                _ = try index.dropRecords(segment: id, beyond: 0)
+                for row in try index.dropRecords(segment: id, beyond: 0) {
+                    changes.append(KeyChange(key: row.key, kind: .removed))
+                }
                 try index.deleteSegment(id)
             }
             for (id, size) in truncated { try index.setIndexedBytes(size, segment: id) }
@@ -332,14 +338,8 @@ struct FsckRun {
                 _ = try store.appendTombstone(for: link.key, to: state)
             }
             // Repairs can change what readers see: drop every cached location but those of
-            // writes still queued.
-            store.shared.withLock { shared in
-                shared.slots = shared.slots.filter { key, slot in
-                    if queued.contains(key) { return true }
-                    if case .removed = slot { return true }
-                    return false
-                }
-            }
+            // writes still queued, and report each key repair changed.
+            store.shared.withLock { $0.map.indexChanged(changes, keeping: queued) }
         }
         for i in start..<report.findings.count where report.findings[i].kind != .indexIntegrity {
             report.findings[i].repaired = true

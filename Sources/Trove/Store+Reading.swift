@@ -85,18 +85,18 @@ extension Store {
     /// cannot be written — a full or failing disk — returns instead what the index is missing:
     /// the location map's entries and removals (and a replay opening could not write), for
     /// the caller to lay over what it reads from the index.
-    func commitForListing() throws(StoreError) -> [CacheKey: SharedState.Slot]? {
+    func commitForListing() throws(StoreError) -> [CacheKey: LocationMap.Slot]? {
         do {
             try commitPending(flushReadTimes: true)
             return nil
         } catch where error.code == .index || error.code == .io {
-            return shared.withLock { state in state.pinned.merging(state.slots) { _, newer in newer } }
+            return shared.withLock { $0.map.pending }
         }
     }
 
     /// `listed` (index rows in key order) with `pending` laid over it, in the index's order
     /// (url, then variant, by their UTF-8 bytes).
-    static func overlay(_ pending: [CacheKey: SharedState.Slot], on listed: [IndexedEntry]) -> [IndexedEntry] {
+    static func overlay(_ pending: [CacheKey: LocationMap.Slot], on listed: [IndexedEntry]) -> [IndexedEntry] {
         var merged: [CacheKey: IndexedEntry] = [:]
         for entry in listed { merged[entry.entry.key] = entry }
         for (key, slot) in pending {
@@ -127,10 +127,10 @@ extension Store {
         // yet flushed is taken from memory, in the same lock hold that notes this read.
         let now = configuration.clock()
         let (slot, previousRead, generation, closed) = shared.withLock { state in
-            let slot = state.slots[key] ?? state.pinned[key]
+            let slot = state.map.slot(for: key)
             let previous = state.readTimes[key]
             if noteRead, case .present(let found) = slot, !found.isExpired(at: now) { state.readTimes[key] = now }
-            return (slot, previous, state.generation, state.isClosed)
+            return (slot, previous, state.map.generation, state.isClosed)
         }
         if closed { throw Self.closedError(directory) }
         switch slot {
@@ -168,10 +168,7 @@ extension Store {
         let found = row
         let expired = found.isExpired(at: now)
         shared.withLock { state in
-            // Only if no write touched the map since this read began: the row cannot be stale.
-            if state.generation == generation && state.slots[key] == nil {
-                state.slots[key] = .present(found)
-            }
+            state.map.fill(found, for: key, readAt: generation)
             if noteRead && !expired { state.readTimes[key] = now }
         }
         return includingExpired || !expired ? found.readBefore(previousRead) : nil
@@ -240,11 +237,7 @@ extension Store {
             fresh.blob.segment != found.blob.segment || fresh.blob.offset != found.blob.offset,
             case .success(let data) = readBlobOnce(fresh.blob)
         {
-            shared.withLock { state in
-                if case .present(let slot) = state.slots[key], slot.blob.id == fresh.blob.id {
-                    state.slots[key] = .present(fresh)
-                }
-            }
+            shared.withLock { $0.map.blobMoved(for: key, to: fresh) }
             return data
         }
         let blob = found.blob

@@ -103,10 +103,7 @@ extension Store {
                 linkOffset: linkOffset, linkLength: linkLength, sequence: link.sequence, etag: metadata.etag,
                 lastModified: metadata.lastModified, expiresAt: link.expiresAt, createdAt: now, accessedAt: now,
                 cost: Int64(length))
-            shared.withLock { shared in
-                shared.slots[key] = .present(IndexedEntry(entry: row, blob: blob))
-                shared.generation &+= 1
-            }
+            shared.withLock { $0.map.stored(IndexedEntry(entry: row, blob: blob), for: key) }
             return (link.sequence, state.queue.count)
         }
         try afterWrite(sequence: sequence, queued: queued)
@@ -164,9 +161,8 @@ extension Store {
         state.enqueue(offset: offset, length: length, .tombstone(tombstone))
         state.nextSequence += 1
         shared.withLock { shared in
-            shared.slots[key] = .removed
+            shared.map.removed(key)
             shared.readTimes[key] = nil
-            shared.generation &+= 1
         }
         return tombstone.sequence
     }

@@ -46,7 +46,7 @@ public final class Store: Sendable {
     /// and SQLite commit), which puts never wait for unless durability is `full`.
     let committer: Locked<CommitState?>
     /// State shared by every operation; held for dictionary operations only, never across I/O.
-    let shared = Locked(SharedState())
+    let shared: Locked<SharedState>
     let readers: ReaderPool
     let background = BackgroundCommitter()
     private let processLock: Locked<ProcessLock?>
@@ -95,6 +95,7 @@ public final class Store: Sendable {
     ) throws(StoreError) {
         self.directory = directory
         self.configuration = configuration
+        self.shared = Locked(SharedState(map: LocationMap(observer: configuration.keyChanges)))
         self.packsDirectory = directory + "/packs"
         if !configuration.createsMissingStore && SystemCall.fileKind(directory + "/index.sqlite") == nil
             && SystemCall.fileKind(packsDirectory) == nil
@@ -118,7 +119,10 @@ public final class Store: Sendable {
         let commitState = CommitState(index: opened.index, committedSequence: opened.nextSequence)
         commitState.deferredReplay = opened.deferred
         self.committer = Locked(commitState)
-        if let deferred = opened.deferred { shared.withLock { $0.pinned = deferred.slots() } }
+        shared.withLock { state in
+            if let deferred = opened.deferred { state.map.pin(deferred.slots()) }
+            state.map.indexChanged(opened.changes, keeping: [])
+        }
         self.readers = ReaderPool(path: directory + "/index.sqlite", capacity: configuration.readerConnections)
         self.processLock = Locked(lock)
         background.store = self
@@ -181,7 +185,7 @@ public final class Store: Sendable {
         }
         shared.withLock { state in
             state.isClosed = true
-            state.slots.removeAll()
+            state.map.removeAll()
             state.segmentFiles.removeAll()
         }
         readers.closeAll()

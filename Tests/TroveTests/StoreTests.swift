@@ -299,7 +299,7 @@ func key(_ i: Int, variant: String = "") -> CacheKey {
             #expect(try store.entry(for: key(1))?.accessedAt == Date(timeIntervalSince1970: 1_001))  // the read at 1 001
             // The same from the index side, once the map no longer has the key.
             try store.flush()
-            store.shared.withLock { $0.slots.removeAll() }
+            store.shared.withLock { $0.map.removeAll() }
             clock.advance(by: 1_000)
             #expect(try store.entry(for: key(1))?.accessedAt == Date(timeIntervalSince1970: 1_002))
         }
@@ -310,7 +310,7 @@ func key(_ i: Int, variant: String = "") -> CacheKey {
             let store = try openStore(dir) { $0.locationCacheLimit = 10 }
             for i in 0..<100 { try store.put(Data([UInt8(i)]), for: key(i)) }
             try store.flush()
-            #expect(store.shared.withLock { $0.slots.count } <= 10)
+            #expect(store.shared.withLock { $0.map.count } <= 10)
             for i in 0..<100 { #expect(try store.data(for: key(i)) == Data([UInt8(i)])) }
         }
     }

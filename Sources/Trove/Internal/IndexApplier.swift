@@ -54,12 +54,21 @@ struct IndexApplier {
 
     /// What applying a resolution did.
     enum ResolutionOutcome: Equatable {
-        /// The index changed to match it.
-        case applied
+        /// The index changed to match it, as `change` says.
+        case applied(KeyChange)
         /// An entry that was (or would have been) served is gone: its newest write is lost.
         case dropped(CacheKey)
         /// The index already matched it.
         case unchanged
+
+        /// What changed for the key, for the location map's observer.
+        var change: KeyChange? {
+            switch self {
+            case .applied(let change): change
+            case .dropped(let key): KeyChange(key: key, kind: .removed)
+            case .unchanged: nil
+            }
+        }
     }
 
     /// Makes key `digest`'s row what `resolution` says: the resolved link's row, or none.
@@ -75,11 +84,11 @@ struct IndexApplier {
             }
             _ = try insertBlob(id: link.blobID, blob)
             try index.link(wanted)
-            return .applied
+            return .applied(KeyChange(key: link.key, kind: .stored))
         case .absent, .unreflected:
-            guard existing != nil else { return .unchanged }
+            guard let existing else { return .unchanged }
             try index.removeEntry(digest: digest)
-            return .applied
+            return .applied(KeyChange(key: existing.key, kind: .removed))
         case .lost(let older, _):
             if let existing {
                 try index.removeEntry(digest: digest)

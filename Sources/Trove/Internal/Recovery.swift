@@ -22,6 +22,8 @@ extension Store {
         var supersede: [LinkRecord]
         /// The replay that could not be written for lack of space (nil normally).
         var deferred: Recovery.ReplayPlan?
+        /// Every key the replay or rebuild changed (or, deferred, will change).
+        var changes: [KeyChange]
     }
 
     static func recover(
@@ -35,7 +37,7 @@ extension Store {
             let pack = try recovery.run(rebuilding: evidence, progress: progress)
             return Opened(
                 index: index, pack: pack, nextSequence: recovery.nextSequence, report: recovery.report,
-                supersede: recovery.supersede, deferred: recovery.deferred)
+                supersede: recovery.supersede, deferred: recovery.deferred, changes: recovery.changes)
         } catch let error as StoreError {
             throw error
         } catch {
@@ -53,6 +55,8 @@ struct Recovery {
     var report = RecoveryReport()
     var nextSequence: UInt64 = 0
     var supersede: [LinkRecord] = []
+    /// Every key the replay or rebuild changed.
+    var changes: [KeyChange] = []
     /// What opening could not write for lack of space: applied by the first commit cycle that
     /// finds it.
     var deferred: ReplayPlan?
@@ -125,12 +129,19 @@ struct Recovery {
                 report.replayedRecords += applied.replayed
                 report.droppedEntries += applied.dropped
                 supersede += applied.supersede
+                changes += applied.changes
             }
         } catch let error as IndexError where error.isOutOfSpace {
             // Nothing could be written. The store opens on what the index has; what the tails
             // hold is served from memory and goes into the index with the first commit that
             // finds space (Store+Committing).
             deferred = plan
+            changes += plan.slots().map { key, slot in
+                switch slot {
+                case .present: KeyChange(key: key, kind: .stored)
+                case .removed: KeyChange(key: key, kind: .removed)
+                }
+            }
         }
         nextSequence = plan.nextSequence
         return writer
@@ -166,8 +177,8 @@ struct Recovery {
         }
 
         /// What each key the plan resolves is, for the location map while the plan waits.
-        func slots() -> [CacheKey: SharedState.Slot] {
-            var slots: [CacheKey: SharedState.Slot] = [:]
+        func slots() -> [CacheKey: LocationMap.Slot] {
+            var slots: [CacheKey: LocationMap.Slot] = [:]
             for (_, resolution) in resolutions {
                 switch resolution {
                 case .entry(let link, let location, let blob):
@@ -187,7 +198,9 @@ struct Recovery {
         }
 
         /// Writes the plan into `index` (in the caller's transaction).
-        func apply(to index: IndexDatabase) throws -> (replayed: Int, dropped: [CacheKey], supersede: [LinkRecord]) {
+        func apply(
+            to index: IndexDatabase
+        ) throws -> (replayed: Int, dropped: [CacheKey], supersede: [LinkRecord], changes: [KeyChange]) {
             if let secret { try index.setSecret(first: secret.first, second: secret.second) }
             for segment in newSegments { try index.insertSegment(id: segment.id, indexedBytes: segment.headerSize) }
             for (id, bytes) in indexedBytes.sorted(by: { $0.key < $1.key }) { try index.setIndexedBytes(bytes, segment: id) }
@@ -195,19 +208,22 @@ struct Recovery {
             var replayed = 0
             var dropped: [CacheKey] = []
             var supersede: [LinkRecord] = []
+            var changes: [KeyChange] = []
             for (id, copy) in blobs where try applier.insertBlob(id: id, copy) { replayed += 1 }
             for (digest, resolution) in resolutions {
-                switch try applier.apply(resolution, digest: digest) {
+                let outcome = try applier.apply(resolution, digest: digest)
+                switch outcome {
                 case .applied: replayed += 1
                 case .dropped(let key): dropped.append(key)
                 case .unchanged: break
                 }
+                if let change = outcome.change { changes.append(change) }
                 if case .lost(let older?, _) = resolution { supersede.append(older) }
             }
             for id in sealing { try index.sealSegment(id) }
             for row in damage { try index.recordDamage(row) }
             if nextSequence != committedSequence { try index.setCommittedSequence(nextSequence) }
-            return (replayed, dropped, supersede)
+            return (replayed, dropped, supersede, changes)
         }
     }
 
@@ -408,7 +424,9 @@ struct Recovery {
         for (id, copy) in fold.blobs.sorted(by: { $0.key < $1.key }) { _ = try applier.insertBlob(id: id, copy) }
         for digest in fold.keys(evidence: evidence).sorted() {
             let resolution = fold.resolve(digest, evidence: evidence)
-            if case .dropped(let key) = try applier.apply(resolution, digest: digest) { report.droppedEntries.append(key) }
+            let outcome = try applier.apply(resolution, digest: digest)
+            if case .dropped(let key) = outcome { report.droppedEntries.append(key) }
+            if let change = outcome.change { changes.append(change) }
             if let superseded = resolution.supersededLink { supersede.append(superseded) }
         }
         try index.recomputeDerivedColumns()

@@ -4,29 +4,10 @@ import TrovePack
 
 /// The state that gets and puts share, guarded by `Store.shared` (a `Locked`). The lock is held
 /// for map and dictionary operations only, never across I/O.
-///
-/// Invariant: a `.present` slot is never older than the index. Writers update the slot after
-/// writing the index row (committed or not), so a get that finds a slot gets this process's
-/// latest write (read-your-writes) without waiting for a commit. A get that misses reads the
-/// index and may insert what it found only if `generation` did not move meanwhile, so it can
-/// never put back a row that a concurrent write replaced or removed.
 struct SharedState {
-    enum Slot {
-        /// The entry as last written or read.
-        case present(IndexedEntry)
-        /// Removed, possibly not yet committed: readers must not look in the index.
-        case removed
-    }
-
-    /// Recently written or read keys. Emptied only right after a commit, when every slot is
-    /// committed and the index answers for all of them.
-    var slots: [CacheKey: Slot] = [:]
-    /// Keys whose state opening found in the packs but could not write to the index (a full
-    /// disk): looked up after `slots` and before the index, until the commit cycle that applies
-    /// that replay empties it.
-    var pinned: [CacheKey: Slot] = [:]
-    /// Incremented by every write to `slots` made by a put or remove.
-    var generation: UInt64 = 0
+    /// Where each recently written or read key's entry is; owns the rule that keeps it no
+    /// older than the index (see ``LocationMap``).
+    var map: LocationMap
     /// Read times not yet flushed to the index, by key.
     var readTimes: [CacheKey: Int64] = [:]
     /// Open segment files by id. A reader takes a reference under the lock and reads without

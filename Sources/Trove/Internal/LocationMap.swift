@@ -1,0 +1,163 @@
+import TroveCore
+import TroveIndex
+
+/// The key → location map: what this process last wrote, read or found for each key, in front
+/// of the index. It owns the rule that keeps it right, and it reports every change of a key's
+/// value or place to the store's one observer (``Store/Configuration/keyChanges``).
+///
+/// The rule: a `.present` slot is never older than the index.
+/// - A write (put or removal) sets its key's slot as soon as its records are appended, before
+///   its index row is committed: a get that finds a slot gets this process's latest write
+///   (read-your-writes) without waiting for a commit.
+/// - A get that misses reads the index and may ``fill(_:for:readAt:)`` the slot only if no
+///   mutation happened since its read began (``generation``): it can never put back a row that a
+///   concurrent write replaced or removed, or that the compactor moved.
+/// - Slots are dropped only where the index answers for them: after a commit (those of
+///   committed writes), after a repair (every slot but those of queued writes and removals).
+///
+/// Every mutation that can make an index row read earlier stale bumps ``generation``. Lives inside `Store.shared` (a `Locked`); the observer
+/// is called with that lock held, in the order the map changed, so it must not call the store.
+struct LocationMap {
+    enum Slot {
+        /// The entry as last written or read.
+        case present(IndexedEntry)
+        /// Removed, possibly not yet committed: readers must not look in the index.
+        case removed
+    }
+
+    /// Recently written or read keys.
+    private var slots: [CacheKey: Slot] = [:]
+    /// Keys whose state opening found in the packs but could not write to the index (a full
+    /// disk): looked up after `slots` and before the index, until the commit cycle that
+    /// applies that replay calls ``unpin()``.
+    private var pinned: [CacheKey: Slot] = [:]
+    /// Incremented by every mutation but a fill.
+    private(set) var generation: UInt64 = 0
+    /// Told of every key whose value changed, went away or moved.
+    private let observer: (@Sendable (KeyChange) -> Void)?
+
+    init(observer: (@Sendable (KeyChange) -> Void)?) {
+        self.observer = observer
+    }
+
+    /// The slot for `key`, if the map knows it.
+    func slot(for key: CacheKey) -> Slot? {
+        slots[key] ?? pinned[key]
+    }
+
+    /// Every slot, the pinned ones under the others: what the index may not show yet.
+    var pending: [CacheKey: Slot] {
+        pinned.merging(slots) { _, newer in newer }
+    }
+
+    /// How many keys have a slot (pinned ones aside).
+    var count: Int { slots.count }
+
+    // MARK: Writes
+
+    /// A put of `key` appended `entry`'s records.
+    mutating func stored(_ entry: IndexedEntry, for key: CacheKey) {
+        slots[key] = .present(entry)
+        changed(key, .stored)
+    }
+
+    /// A tombstone for `key` was appended.
+    mutating func removed(_ key: CacheKey) {
+        slots[key] = .removed
+        changed(key, .removed)
+    }
+
+    // MARK: Reads
+
+    /// A get that missed found `entry` in the index, having read ``generation`` as `readAt`
+    /// before it looked: cached only if nothing changed since and no slot appeared.
+    mutating func fill(_ entry: IndexedEntry, for key: CacheKey, readAt: UInt64) {
+        guard generation == readAt, slots[key] == nil else { return }
+        slots[key] = .present(entry)
+    }
+
+    // MARK: Moves
+
+    /// The compactor moved blobs (by id, to their new place) and the link records of `keys`:
+    /// cached entries follow their blobs, and every key whose records moved is reported.
+    mutating func moved(blobs: [Int64: (segment: UInt32, offset: UInt64, recordBytes: UInt64)], keys: Set<CacheKey>) {
+        var touched = keys
+        for (key, slot) in slots {
+            guard case .present(var entry) = slot, let place = blobs[entry.blob.id] else { continue }
+            (entry.blob.segment, entry.blob.offset, entry.blob.recordBytes) = place
+            slots[key] = .present(entry)
+            touched.insert(key)
+        }
+        generation &+= 1
+        guard let observer else { return }
+        for key in touched.sorted(by: Self.order) { observer(KeyChange(key: key, kind: .relocated)) }
+    }
+
+    /// A read found `key`'s blob moved since its slot was filled: the slot follows it, if it
+    /// still names that blob.
+    mutating func blobMoved(for key: CacheKey, to fresh: IndexedEntry) {
+        guard case .present(let entry) = slots[key], entry.blob.id == fresh.blob.id else { return }
+        slots[key] = .present(fresh)
+        changed(key, .relocated)
+    }
+
+    // MARK: Replays and repair
+
+    /// Opening could not write its replay (a full disk): its result answers for these keys
+    /// until the replay is committed.
+    mutating func pin(_ replay: [CacheKey: Slot]) {
+        pinned = replay
+        generation &+= 1
+    }
+
+    /// The replay opening deferred is committed: the index answers for those keys.
+    mutating func unpin() {
+        guard !pinned.isEmpty else { return }
+        pinned.removeAll()
+        generation &+= 1
+    }
+
+    /// Records were applied to the index from the packs (a repair, a rebuild, opening's
+    /// replay): every slot but those of `queued` keys and uncommitted removals is dropped, so
+    /// that the index answers, and each change is reported.
+    mutating func indexChanged(_ changes: [KeyChange], keeping queued: Set<CacheKey>) {
+        slots = slots.filter { key, slot in
+            if queued.contains(key) { return true }
+            if case .removed = slot { return true }
+            return false
+        }
+        generation &+= 1
+        for change in changes { observer?(change) }
+    }
+
+    /// After a commit: the index answers for every committed write. Keeps only the slots of
+    /// writes still `waiting` when the map holds more than `limit` keys; otherwise drops the
+    /// committed removals (entries stay cached).
+    mutating func committed(waiting: Set<CacheKey>, limit: Int) {
+        if slots.count > limit {
+            slots = slots.filter { waiting.contains($0.key) }
+        } else {
+            slots = slots.filter { slot in
+                if case .removed = slot.value { waiting.contains(slot.key) } else { true }
+            }
+        }
+        // No bump: a dropped slot's write is in the index now, and a fill that began before
+        // the write already saw the generation move.
+    }
+
+    /// The store closed.
+    mutating func removeAll() {
+        slots.removeAll()
+        pinned.removeAll()
+        generation &+= 1
+    }
+
+    private mutating func changed(_ key: CacheKey, _ kind: KeyChange.Kind) {
+        generation &+= 1
+        observer?(KeyChange(key: key, kind: kind))
+    }
+
+    private static func order(_ a: CacheKey, _ b: CacheKey) -> Bool {
+        a.url != b.url ? a.url < b.url : a.variant < b.variant
+    }
+}
