@@ -45,8 +45,7 @@ extension Store {
                 if !snapshot.writes.isEmpty || !snapshot.created.isEmpty { try snapshot.active.synchronize() }
                 if !snapshot.created.isEmpty { try PackDirectory.synchronize(packsDirectory) }
             }
-            try index.begin()
-            do {
+            try index.writing {
                 // What opening could not write comes first: the queued writes are newer.
                 if let deferred = state.deferredReplay { superseded = try deferred.apply(to: index).supersede }
                 for id in snapshot.created {
@@ -61,10 +60,6 @@ extension Store {
                 try index.setIndexedBytes(snapshot.end, segment: snapshot.active.id)
                 try index.setCommittedSequence(snapshot.sequence)
                 try index.touch(readTimes.map { (digest: $0.key.digest, accessedAt: $0.value) })
-                try index.commit()
-            } catch {
-                try? index.rollback()
-                throw error
             }
         } catch {
             // The writes stay queued and the read times go back, for the next cycle.

@@ -389,8 +389,7 @@ extension Store {
             var movedKeys = Set<CacheKey>()
             let observed = configuration.keyChanges != nil
             do {
-                try index.begin()
-                do {
+                try index.writing {
                     for copy in copies {
                         switch copy.kind {
                         case .blob(let blobID):
@@ -413,10 +412,6 @@ extension Store {
                             message: "compaction of segment \(id) would strand \(stranded.count) entries; nothing was changed")
                     }
                     try index.deleteSegment(id)
-                    try index.commit()
-                } catch {
-                    try? index.rollback()
-                    throw error
                 }
             } catch let error as StoreError {
                 throw error

@@ -68,17 +68,20 @@ public final class IndexDatabase {
     }
 
     // MARK: Transactions
+    //
+    // Every write transaction goes through `writing { }`; the steps are internal (tests use them
+    // to hold a transaction open).
 
     /// Starts a write transaction.
-    public func begin() throws(IndexError) { try connection.statement("BEGIN IMMEDIATE").run() }
+    func begin() throws(IndexError) { try connection.statement("BEGIN IMMEDIATE").run() }
     /// Commits the open transaction.
-    public func commit() throws(IndexError) {
+    func commit() throws(IndexError) {
         try writeLiveByteDeltas()
         try connection.statement("COMMIT").run()
     }
 
     /// Rolls the open transaction back.
-    public func rollback() throws(IndexError) {
+    func rollback() throws(IndexError) {
         liveByteDeltas.removeAll()
         try connection.statement("ROLLBACK").run()
     }

@@ -12,14 +12,22 @@ struct StoreOptions: ParsableArguments {
     @Option(
         name: .customLong("store"),
         help: ArgumentHelp(
-            "The store directory.", discussion: "Default: $XDG_CACHE_HOME/trove, else ~/.cache/trove.",
+            "The store directory.",
+            discussion: "Default: $TROVE_STORE when set, else $XDG_CACHE_HOME/trove, else ~/.cache/trove.",
             valueName: "path"))
     var path: String?
 
     @Option(help: "Durability of writes: none, batched or full.")
     var durability: Durability = .batched
 
-    var directory: String { path ?? Store.defaultDirectory }
+    var directory: String { path ?? Self.defaultDirectory }
+
+    /// The store every command uses without `--store`: `$TROVE_STORE` when set and not empty,
+    /// else the library's default (`$XDG_CACHE_HOME/trove`, else `~/.cache/trove`).
+    static var defaultDirectory: String {
+        if let named = ProcessInfo.processInfo.environment["TROVE_STORE"], !named.isEmpty { return named }
+        return Store.defaultDirectory
+    }
 
     /// Opens the store, runs `body`, closes the store — also when `body` fails. Store errors
     /// become exit code 2; damage the store knows of and has not repaired is printed on stderr

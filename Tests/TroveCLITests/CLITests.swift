@@ -95,6 +95,25 @@ import TroveTestSupport
         }
     }
 
+    @Test func theDefaultStoreComesFromTROVE_STOREFirst() async throws {
+        try await withTemporaryDirectory { dir in
+            let environment = ["TROVE_STORE": dir + "/env-store", "XDG_CACHE_HOME": dir + "/cache", "HOME": dir]
+            let trove = productsDirectory + "/trove"
+            #expect(try runProcess(trove, ["put", "https://x/1", "-"], stdin: Data("v".utf8), environment: environment).status == 0)
+            #expect(FileManager.default.fileExists(atPath: dir + "/env-store/index.sqlite"))
+            #expect(!FileManager.default.fileExists(atPath: dir + "/cache/trove"))
+            #expect(try runProcess(trove, ["get", "https://x/1"], environment: environment).stdout == Data("v".utf8))
+            // --store wins over the variable.
+            let other = try runProcess(trove, ["get", "--store", dir + "/other", "https://x/1"], environment: environment)
+            #expect(other.status == 2)
+            // An empty variable is unset.
+            var empty = environment
+            empty["TROVE_STORE"] = ""
+            #expect(try runProcess(trove, ["put", "https://x/2", "-"], stdin: Data("w".utf8), environment: empty).status == 0)
+            #expect(FileManager.default.fileExists(atPath: dir + "/cache/trove/index.sqlite"))
+        }
+    }
+
     @Test func errorsSayWhatIsWrongAndExitNonZero() async throws {
         try await withTemporaryDirectory { dir in
             let store = dir + "/store"

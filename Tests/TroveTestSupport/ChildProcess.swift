@@ -11,10 +11,13 @@ public struct ProcessOutput: Sendable {
 }
 
 /// Runs `executable` with `arguments` to completion and returns its status and output.
-public func runProcess(_ executable: String, _ arguments: [String], stdin: Data? = nil) throws -> ProcessOutput {
+public func runProcess(
+    _ executable: String, _ arguments: [String], stdin: Data? = nil, environment: [String: String]? = nil
+) throws -> ProcessOutput {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments
+    if let environment { process.environment = environment }
     let out = Pipe()
     let err = Pipe()
     let input = Pipe()
