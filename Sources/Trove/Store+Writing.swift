@@ -109,6 +109,80 @@ extension Store {
         try afterWrite(sequence: sequence, queued: queued)
     }
 
+    /// Replaces the ETag, Last-Modified and expiry of `key`'s entry, keeping its bytes: one
+    /// link record to the blob the entry already has is appended — no hashing, no read and no
+    /// write of the bytes. Made for revalidation (an HTTP 304 carries new validators and a new
+    /// freshness lifetime, not a body).
+    ///
+    /// The entry counts as written now: its creation time becomes now (what `compact(timeToLive:)`
+    /// measures) and, without an expiry in `metadata`, ``Configuration/defaultTimeToLive`` runs
+    /// from now. Visible and durable like a put.
+    ///
+    /// - Returns: whether `key` had an entry (an expired one counts; without one, nothing is
+    ///   written).
+    /// - Throws: ``StoreError`` — `.invalidArgument` (an expiry date out of range), `.io`,
+    ///   `.index`, `.closed`, and a read's errors when the entry's bytes had to be copied (its
+    ///   segment was being compacted at that instant).
+    @discardableResult
+    public func updateMetadata(_ metadata: EntryMetadata, for key: CacheKey) throws -> Bool {
+        let now = configuration.clock()
+        let expiresAt: Int64?
+        if let date = metadata.expiresAt {
+            expiresAt = try milliseconds(date)
+        } else {
+            expiresAt = configuration.defaultTimeToLive.map { saturatingSum(now, milliseconds($0)) }
+        }
+        let digest = key.digest
+        guard let found = try locate(key, noteRead: false, includingExpired: true) else { return false }
+        enum Outcome { case written(sequence: UInt64, queued: Int), gone, blobMoving }
+        let outcome = try withAppender { (state) throws(StoreError) -> Outcome in
+            // The entry must still be the one found: a write or removal since wins.
+            switch shared.withLock({ $0.map.slot(for: key) }) {
+            case .removed: return .gone
+            case .present(let current): if current.entry.sequence != found.entry.sequence { return .gone }
+            case nil:
+                let committed = try readIndex { try $0.entry(digest: digest) }
+                guard let committed, committed.entry.key == key, committed.entry.sequence == found.entry.sequence else {
+                    return .gone
+                }
+            }
+            // A blob in a segment the compactor is judging cannot gain a link unseen by it.
+            if state.reclaiming.contains(found.blob.segment) { return .blobMoving }
+            var link = LinkRecord(
+                url: key.url, variant: key.variant, blobHash: found.blob.hash, blobLength: found.blob.length,
+                blobID: UInt64(bitPattern: found.blob.id), sequence: 0, createdAt: now, expiresAt: expiresAt,
+                etag: metadata.etag, lastModified: metadata.lastModified)
+            let linkLength = PackWriter.linkRecordLength(link)
+            if state.pack.needsRotation(forAppending: linkLength) {
+                try state.rotate(packs: packsDirectory, createdAt: now)
+            }
+            link.sequence = state.nextSequence
+            let linkOffset = try packCall { try state.pack.appendLink(link, digest: digest) }
+            state.enqueue(offset: linkOffset, length: linkLength, .link(link))
+            state.nextSequence += 1
+            let row = EntryRow(
+                keyDigest: digest, url: key.url, variant: key.variant, blobID: found.blob.id,
+                linkSegment: state.pack.segment.id, linkOffset: linkOffset, linkLength: linkLength, sequence: link.sequence,
+                etag: metadata.etag, lastModified: metadata.lastModified, expiresAt: link.expiresAt, createdAt: now,
+                accessedAt: found.entry.accessedAt, cost: found.entry.cost)
+            shared.withLock { $0.map.stored(IndexedEntry(entry: row, blob: found.blob), for: key) }
+            return .written(sequence: link.sequence, queued: state.queue.count)
+        }
+        switch outcome {
+        case .written(let sequence, let queued):
+            try afterWrite(sequence: sequence, queued: queued)
+            return true
+        case .gone:
+            // Written or removed meanwhile: the newer write stands; look again.
+            return try updateMetadata(metadata, for: key)
+        case .blobMoving:
+            // Rare: copy the bytes with a put, which handles a reclaimed segment.
+            guard let current = try locate(key, noteRead: false, includingExpired: true) else { return false }
+            try put(try readBlob(of: current, key: key), for: key, metadata: metadata)
+            return true
+        }
+    }
+
     /// Removes the entry for `key`.
     ///
     /// - Returns: whether there was one.
