@@ -43,7 +43,7 @@ extension Store {
     ///   - progress: called as segments are processed.
     /// - Returns: what was expired, evicted and reclaimed.
     @discardableResult
-    public func compact(timeToLive: Duration? = nil, progress: (WorkProgress) -> Void = { _ in }) throws -> CompactionReport {
+    public func compact(timeToLive: Duration? = nil, progress: (WorkProgress) -> Void = { _ in }) throws(StoreError) -> CompactionReport {
         try compactPass(timeToLive: timeToLive, progress: progress)
     }
 

@@ -21,7 +21,7 @@ extension Store {
     /// Commit cycles wait while fsck runs; reads go on.
     ///
     /// - Parameter progress: called as bytes are scanned.
-    public func fsck(repair: Bool = false, progress: (WorkProgress) -> Void = { _ in }) throws -> FsckReport {
+    public func fsck(repair: Bool = false, progress: (WorkProgress) -> Void = { _ in }) throws(StoreError) -> FsckReport {
         do {
             return try checkStore(repair: repair, progress: progress)
         } catch let error as StoreError {

@@ -18,30 +18,30 @@ extension Store {
     ///   sharing that blob — is dropped and later reads return nil; otherwise the damage is
     ///   recorded for `trove fsck --repair` and reads keep failing until then),
     ///   `.missingSegment` when the segment holding it is missing, `.io`, `.index` or `.closed`.
-    public func entry(for key: CacheKey) throws -> Entry? {
+    public func entry(for key: CacheKey) throws(StoreError) -> Entry? {
         guard let found = try locate(key, noteRead: true) else { return nil }
         let data = try readBlob(of: found, key: key)
         return Entry(data: data, info: info(found))
     }
 
     /// The bytes stored under `key`, verified; nil when there are none. See ``entry(for:)``.
-    public func data(for key: CacheKey) throws -> Data? {
+    public func data(for key: CacheKey) throws(StoreError) -> Data? {
         try entry(for: key)?.data
     }
 
     /// What the store knows about `key`'s entry, without reading its bytes; nil when there is
     /// none. Does not count as a read for LRU order.
-    public func info(for key: CacheKey) throws -> EntryInfo? {
+    public func info(for key: CacheKey) throws(StoreError) -> EntryInfo? {
         try locate(key, noteRead: false).map { info($0) }
     }
 
     /// Whether the store has an entry for `key`. Does not read the bytes.
-    public func contains(_ key: CacheKey) throws -> Bool {
+    public func contains(_ key: CacheKey) throws(StoreError) -> Bool {
         try locate(key, noteRead: false) != nil
     }
 
     /// Every entry of `url` (the original and its variants), by variant.
-    public func entries(url: String) throws -> [EntryInfo] {
+    public func entries(url: String) throws(StoreError) -> [EntryInfo] {
         let pending = try commitForListing()
         var listed = try readIndex { try $0.entries(url: url) }
         if let pending { listed = Self.overlay(pending.filter { $0.key.url == url }, on: listed) }
@@ -54,6 +54,7 @@ extension Store {
     /// On a disk too full (or failing) for that commit, the entries are still listed: the
     /// index's with the writes it does not have yet laid over them from memory.
     ///
+    /// - Throws: ``StoreError``, or the error `body` threw (which stops the enumeration).
     /// - Complexity: O(n) rows read from the index; bytes are not read.
     public func forEachEntry(_ body: (EntryInfo) throws -> Void) throws {
         if let pending = try commitForListing() {

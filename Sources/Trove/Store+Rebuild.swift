@@ -21,7 +21,7 @@ extension Store {
     ///   files moved and the entries dropped.
     public static func rebuildIndex(
         directory: String, configuration: Configuration = Configuration(), progress: (WorkProgress) -> Void = { _ in }
-    ) throws -> FsckReport {
+    ) throws(StoreError) -> FsckReport {
         do {
             return try rebuild(directory: directory, configuration: configuration, progress: progress)
         } catch let error as StoreError {

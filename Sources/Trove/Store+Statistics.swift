@@ -54,7 +54,7 @@ extension Store {
     /// the counts are what the index has committed (writes still in memory are left out).
     ///
     /// - Complexity: O(entries) in SQLite's aggregate queries; O(segments) `stat` calls.
-    public func statistics() throws -> Statistics {
+    public func statistics() throws(StoreError) -> Statistics {
         // On a disk too full for the commit, the totals are the index's: writes still in
         // memory are not counted until they are committed.
         _ = try commitForListing()

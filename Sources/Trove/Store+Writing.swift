@@ -29,14 +29,15 @@ extension Store {
     /// - Complexity: one XXH3-128 pass over `data`, two indexed lookups on a reader
     ///   connection, one or two `pwrite`s. No index write and no fsync on the caller's thread
     ///   unless durability is `full`.
-    public func put(_ data: Data, for key: CacheKey, metadata: EntryMetadata = EntryMetadata()) throws {
+    public func put(_ data: Data, for key: CacheKey, metadata: EntryMetadata = EntryMetadata()) throws(StoreError) {
+        // `withUnsafeBytes` does not carry a typed error through: a Result does.
         try data.withUnsafeBytes { bytes in
-            try put(bytes, for: key, metadata: metadata)
-        }
+            Result { () throws(StoreError) in try put(bytes, for: key, metadata: metadata) }
+        }.get()
     }
 
     /// Stores `bytes` under `key`; see ``put(_:for:metadata:)-(Data,_,_)``.
-    public func put(_ bytes: UnsafeRawBufferPointer, for key: CacheKey, metadata: EntryMetadata = EntryMetadata()) throws {
+    public func put(_ bytes: UnsafeRawBufferPointer, for key: CacheKey, metadata: EntryMetadata = EntryMetadata()) throws(StoreError) {
         // Refuse what cannot be stored before spending a pass over it.
         guard bytes.count <= Self.maximumValueLength else {
             throw StoreError(
@@ -124,7 +125,7 @@ extension Store {
     ///   `.index`, `.closed`, and a read's errors when the entry's bytes had to be copied (its
     ///   segment was being compacted at that instant).
     @discardableResult
-    public func updateMetadata(_ metadata: EntryMetadata, for key: CacheKey) throws -> Bool {
+    public func updateMetadata(_ metadata: EntryMetadata, for key: CacheKey) throws(StoreError) -> Bool {
         let now = configuration.clock()
         let expiresAt: Int64?
         if let date = metadata.expiresAt {
@@ -187,7 +188,7 @@ extension Store {
     ///
     /// - Returns: whether there was one.
     @discardableResult
-    public func remove(_ key: CacheKey) throws -> Bool {
+    public func remove(_ key: CacheKey) throws(StoreError) -> Bool {
         try remove([key]) == 1
     }
 
@@ -195,7 +196,7 @@ extension Store {
     ///
     /// - Returns: how many entries were removed.
     @discardableResult
-    public func removeAll(url: String) throws -> Int {
+    public func removeAll(url: String) throws(StoreError) -> Int {
         var keys = Set(try readIndex { try $0.entries(url: url) }.map(\.entry.key))
         try withAppender { (state) throws(StoreError) in
             for write in state.queue {

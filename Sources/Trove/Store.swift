@@ -82,7 +82,7 @@ public final class Store: Sendable {
     ///   one) has the directory open, `.indexCorrupt` when the index is unreadable,
     ///   `.notAStore` when there is no store and none may be created, `.invalidDirectory` or
     ///   `.io` when the directory cannot be used.
-    public convenience init(directory: String = Store.defaultDirectory, configuration: Configuration = Configuration()) throws {
+    public convenience init(directory: String = Store.defaultDirectory, configuration: Configuration = Configuration()) throws(StoreError) {
         try self.init(directory: directory, configuration: configuration, rebuilding: nil, lock: nil, progress: { _ in })
     }
 
@@ -150,21 +150,21 @@ public final class Store: Sendable {
 
     /// Commits queued writes to the index now, and syncs them unless durability is `none`;
     /// also writes pending read times.
-    public func flush() throws {
+    public func flush() throws(StoreError) {
         try commitPending(flushReadTimes: true)
     }
 
     /// Commits queued writes and read times, then releases the directory.
     ///
     /// Every call after `close` throws ``StoreError/Code/closed``. Closing twice is allowed.
-    public func close() throws {
+    public func close() throws(StoreError) {
         background.stop()
         // No write is accepted from here on; the last cycle commits what was queued.
         let wasOpen = appender.withLock { state in
             defer { state.isClosed = true }
             return !state.isClosed
         }
-        var failure: (any Error)?
+        var failure: StoreError?
         if wasOpen {
             do {
                 try commitPending(flushReadTimes: true)
@@ -233,7 +233,7 @@ public final class Store: Sendable {
 
     /// The damage this store knows of and has not repaired: found by reads, compaction passes,
     /// recovery or rebuilds. Every `trove` command prints it; `trove fsck --repair` deals with it.
-    public func unrepairedDamage() throws -> [StoreDamage] {
+    public func unrepairedDamage() throws(StoreError) -> [StoreDamage] {
         try withIndex { try $0.damage() }.map { row in
             StoreDamage(
                 kind: FsckReport.Finding.Kind(rawValue: row.kind) ?? .corruptRecord,

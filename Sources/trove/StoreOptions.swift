@@ -43,11 +43,12 @@ struct StoreOptions: ParsableArguments {
         configuration.compactionInterval = nil
         configuration.createsMissingStore = creating
         configure(&configuration)
+        // A Result, not a typed `catch` that calls `fail` (a `Never` function there crashes the
+        // 6.3.1 compiler; PLATFORM.md).
         let store: Store
-        do {
-            store = try Store(directory: directory, configuration: configuration)
-        } catch let error as StoreError {
-            try fail(error.message)
+        switch Result(catching: { () throws(StoreError) in try Store(directory: directory, configuration: configuration) }) {
+        case .success(let opened): store = opened
+        case .failure(let error): try fail(error.message)
         }
         warnAboutDamage(store)
         do {

@@ -13,6 +13,51 @@ import TroveTestSupport
 
 /// Every typed error a store reports, provoked for real.
 @Suite struct ErrorTests {
+    /// The engine's throwing API throws `StoreError` and nothing else, in its types: this
+    /// compiles only while every signature says `throws(StoreError)`.
+    @Test func theEngineThrowsStoreErrorInItsTypes() async throws {
+        try await withTemporaryDirectory { dir in
+            let open: (String, Store.Configuration) throws(StoreError) -> Store = { path, configuration throws(StoreError) in
+                try Store(directory: path, configuration: configuration)
+            }
+            let store = try open(dir + "/store", Store.Configuration())
+            let put: (Data, CacheKey, EntryMetadata) throws(StoreError) -> Void = store.put
+            let update: (EntryMetadata, CacheKey) throws(StoreError) -> Bool = store.updateMetadata
+            let data: (CacheKey) throws(StoreError) -> Data? = store.data(for:)
+            let entry: (CacheKey) throws(StoreError) -> Entry? = store.entry(for:)
+            let info: (CacheKey) throws(StoreError) -> EntryInfo? = store.info(for:)
+            let contains: (CacheKey) throws(StoreError) -> Bool = store.contains
+            let entries: (String) throws(StoreError) -> [EntryInfo] = store.entries(url:)
+            let remove: (CacheKey) throws(StoreError) -> Bool = store.remove
+            let removeAll: (String) throws(StoreError) -> Int = store.removeAll(url:)
+            let statistics: () throws(StoreError) -> Store.Statistics = store.statistics
+            let damage: () throws(StoreError) -> [StoreDamage] = store.unrepairedDamage
+            let flush: () throws(StoreError) -> Void = store.flush
+            let compact: () throws(StoreError) -> CompactionReport = { () throws(StoreError) in try store.compact() }
+            let fsck: () throws(StoreError) -> FsckReport = { () throws(StoreError) in try store.fsck(repair: true) }
+            let close: () throws(StoreError) -> Void = store.close
+            let rebuild: (String) throws(StoreError) -> FsckReport = { path throws(StoreError) in
+                try Store.rebuildIndex(directory: path)
+            }
+            try put(Data("v".utf8), key(1), EntryMetadata())
+            #expect(try update(EntryMetadata(etag: "e"), key(1)))
+            #expect(try data(key(1)) == Data("v".utf8))
+            #expect(try entry(key(1))?.etag == "e")
+            #expect(try info(key(1))?.etag == "e")
+            #expect(try contains(key(1)))
+            #expect(try entries(key(1).url).count == 1)
+            #expect(try statistics().entries == 1)
+            #expect(try damage().isEmpty)
+            try flush()
+            _ = try compact()
+            #expect(try fsck().isClean)
+            #expect(try remove(key(1)))
+            #expect(try removeAll(key(1).url) == 0)
+            try close()
+            #expect(try rebuild(dir + "/store").isClean)
+        }
+    }
+
     @Test func aKeyDigestCollisionIsRefusedAndNeverServesTheOtherKey() async throws {
         try await withTemporaryDirectory { dir in
             let store = try openStore(dir)
