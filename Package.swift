@@ -9,6 +9,7 @@ let package = Package(
     name: "Trove",
     products: [
         .library(name: "Trove", targets: ["Trove"]),
+        .library(name: "TroveStore", targets: ["TroveStore"]),
         .library(name: "TroveBench", targets: ["TroveBench"]),
         .library(name: "TroveCodec", targets: ["TroveCodec"]),
         .executable(name: "trove", targets: ["trove"]),
@@ -38,12 +39,15 @@ let package = Package(
         .target(name: "TroveCodec", dependencies: ["TroveCore", "CTurboJPEG", "CSPNG", "CWebP"]),
         // SQLite C-API wrapper and Trove's versioned index schema.
         .target(name: "TroveIndex", dependencies: ["TroveCore", "CSQLite"]),
-        // The facade: Store composes the pack layer and the index.
-        .target(name: "Trove", dependencies: ["TroveCore", "TrovePack", "TroveIndex", "TroveCodec"]),
+        // The engine: Store composes the pack layer and the index. Links SQLite and xxHash only.
+        .target(name: "TroveStore", dependencies: ["TroveCore", "TrovePack", "TroveIndex"]),
+        // Images on the engine: ImageCache (and, later, the memory tier and the HTTP pipeline).
+        // Re-exports TroveStore.
+        .target(name: "Trove", dependencies: ["TroveStore", "TroveCore", "TroveCodec"]),
         // Benchmark engines (Trove, one file per entry, SQLite as a blob store) and workloads,
         // shared by `trove bench` and the Benchmarks/ package. It talks to SQLite directly, not
         // through TroveIndex: the baseline is what a user would write.
-        .target(name: "TroveBench", dependencies: ["Trove", "TroveCore", "TroveCodec", "CSQLite"]),
+        .target(name: "TroveBench", dependencies: ["TroveStore", "TroveCore", "TroveCodec", "CSQLite"]),
         // The command-line tool.
         .executableTarget(
             name: "trove",
@@ -54,14 +58,17 @@ let package = Package(
         // Tests.
         .target(name: "TroveTestSupport", path: "Tests/TroveTestSupport"),
         // A child process for the crash suite: writes to a store until it is SIGKILLed.
-        .executableTarget(name: "CrashWriter", dependencies: ["Trove", "TroveTestSupport"], path: "Tests/CrashWriter"),
+        // It links TroveStore alone: CI checks it needs no image library (scripts/test.sh).
+        .executableTarget(name: "CrashWriter", dependencies: ["TroveStore", "TroveTestSupport"], path: "Tests/CrashWriter"),
         .testTarget(name: "TroveCoreTests", dependencies: ["TroveCore", "TroveTestSupport"]),
         .testTarget(name: "TrovePackTests", dependencies: ["TrovePack", "TroveTestSupport"]),
         .testTarget(name: "TroveIndexTests", dependencies: ["TroveIndex", "TroveTestSupport"]),
         .testTarget(name: "TroveCodecTests", dependencies: ["TroveCodec", "TroveTestSupport"]),
         .testTarget(
             name: "TroveTests",
-            dependencies: ["Trove", "TrovePack", "TroveIndex", "TroveCodec", "TroveTestSupport", "CrashWriter"],
+            dependencies: [
+                "Trove", "TroveStore", "TrovePack", "TroveIndex", "TroveCodec", "TroveTestSupport", "CrashWriter",
+            ],
             exclude: ["Fixtures"]),
         .testTarget(name: "TroveBenchTests", dependencies: ["TroveBench", "TroveTestSupport"]),
         .testTarget(name: "TroveCLITests", dependencies: ["Trove", "TroveCodec", "TroveTestSupport", "trove"]),

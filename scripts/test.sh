@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian machine and runs Trove's whole test suite:
 #   1. installs the system libraries Trove needs (scripts/bootstrap.sh);
-#   2. builds and runs every test (swift test);
+#   2. builds and runs every test (swift test), and checks that a program on TroveStore alone
+#      links no image library (scripts/check-store-links.sh);
 #   3. runs the concurrency, store, crash and compaction suites again under ThreadSanitizer
 #      (skip with TROVE_SKIP_TSAN=1);
 #   4. builds the Benchmarks/ package, so the benchmarks keep compiling against the library
@@ -12,6 +13,7 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 
 swift build --build-tests
+bash scripts/check-store-links.sh
 swift test
 
 if [ "${TROVE_SKIP_TSAN:-0}" != "1" ]; then

@@ -1,5 +1,5 @@
 import Foundation
-import Trove
+import TroveStore
 import TroveCore
 
 #if canImport(Glibc)

@@ -1,5 +1,5 @@
 public import Foundation
-public import Trove
+public import TroveStore
 import TroveCore
 
 /// Trove's ``Store`` as a benchmark engine.

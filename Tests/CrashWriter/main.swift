@@ -15,7 +15,7 @@
 // It prints "READY <pid>" once the store is open.
 
 import Foundation
-import Trove
+import TroveStore
 import TroveCore
 import TroveTestSupport
 

@@ -5,7 +5,7 @@ import TroveIndex
 import TrovePack
 import TroveTestSupport
 
-@_spi(Testing) @testable import Trove
+@_spi(Testing) @testable import TroveStore
 
 @Suite struct CompactionTests {
     @Test func expiredEntriesGoAtTheirTime() async throws {

@@ -3,7 +3,7 @@ import Testing
 import TroveCore
 import TroveTestSupport
 
-@testable import Trove
+@testable import TroveStore
 
 @Suite struct ConcurrencyTests {
     /// Many tasks put, get and remove overlapping keys at once. Each key's content names the

@@ -4,7 +4,7 @@ import TroveCore
 import TrovePack
 import TroveTestSupport
 
-@testable import Trove
+@testable import TroveStore
 
 /// Damages pack files in every way a disk or a person can, and proves that a store never
 /// returns wrong bytes: each read gives the exact bytes written, nothing, or a typed error.

@@ -3,7 +3,7 @@ import Testing
 import TroveCore
 import TroveTestSupport
 
-@testable import Trove
+@testable import TroveStore
 
 #if canImport(Glibc)
     import Glibc

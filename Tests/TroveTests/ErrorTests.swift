@@ -5,7 +5,7 @@ import TroveCore
 import TrovePack
 import TroveTestSupport
 
-@testable import Trove
+@testable import TroveStore
 
 #if canImport(Glibc)
     import Glibc

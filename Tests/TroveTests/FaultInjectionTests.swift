@@ -3,7 +3,7 @@ import Testing
 import TroveCore
 import TroveTestSupport
 
-@_spi(Testing) @testable import Trove
+@_spi(Testing) @testable import TroveStore
 @testable import TrovePack
 
 #if canImport(Glibc)

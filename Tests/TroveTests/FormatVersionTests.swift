@@ -4,7 +4,7 @@ import TroveCore
 import TroveTestSupport
 import TrovePack
 
-@testable import Trove
+@testable import TroveStore
 
 /// A store written by the last build with pack format version 1 (`Fixtures/v1-store`, see its
 /// README) opens, serves what it held, repairs cleanly, and is rewritten to version 2 by the

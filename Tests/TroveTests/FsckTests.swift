@@ -4,7 +4,7 @@ import TroveCore
 import TrovePack
 import TroveTestSupport
 
-@testable import Trove
+@testable import TroveStore
 @testable import TroveIndex
 
 /// Each fault is injected into a real store; fsck must find it, and --repair (or

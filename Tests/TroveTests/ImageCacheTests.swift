@@ -5,6 +5,7 @@ import TroveCore
 import TroveTestSupport
 
 @testable import Trove
+@testable import TroveStore
 
 @Suite struct ImageCacheTests {
     func picture(_ w: Int, _ h: Int, seed: UInt8 = 0) -> RGBAImage {

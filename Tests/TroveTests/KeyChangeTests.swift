@@ -4,7 +4,7 @@ import TroveCore
 @testable import TroveIndex
 import TroveTestSupport
 
-@_spi(Testing) @testable import Trove
+@_spi(Testing) @testable import TroveStore
 
 /// Every path that changes what a key serves, or where its bytes are, tells the one observer
 /// (`Configuration.keyChanges`): the hook a memory tier in front of the store relies on.

@@ -4,7 +4,7 @@ import TroveCore
 import TroveIndex
 import TroveTestSupport
 
-@_spi(Testing) @testable import Trove
+@_spi(Testing) @testable import TroveStore
 
 /// `updateMetadata(_:for:)`: new validators and expiry for the same bytes, by one link record.
 @Suite struct MetadataUpdateTests {

@@ -5,7 +5,7 @@ import TroveIndex
 import TrovePack
 import TroveTestSupport
 
-@testable import Trove
+@testable import TroveStore
 
 func value(_ i: Int, size: Int = 3000) -> Data { Data(testBytes(seed: UInt64(i), count: size + i)) }
 

@@ -3,7 +3,7 @@ import Testing
 import TroveCore
 import TroveTestSupport
 
-@testable import Trove
+@testable import TroveStore
 @testable import TroveIndex
 @testable import TrovePack
 

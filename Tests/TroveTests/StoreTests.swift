@@ -5,7 +5,7 @@ import TroveIndex
 import TrovePack
 import TroveTestSupport
 
-@_spi(Testing) @testable import Trove
+@_spi(Testing) @testable import TroveStore
 
 /// Opens a store in `dir` with small batches and segments unless told otherwise.
 func openStore(
