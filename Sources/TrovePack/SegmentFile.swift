@@ -97,7 +97,7 @@ public final class SegmentFile: Sendable {
         id: UInt32, in directory: String, createdAt: Int64, format: SegmentFormat, synchronize: Bool,
         faults: FaultInjector? = nil
     ) throws -> SegmentFile {
-        let path = directory + "/" + PackFormat.fileName(forSegment: id)
+        let path = PackDirectory.segmentPath(id, in: directory)
         let header = SegmentHeader(id: id, format: format, createdAt: createdAt)
         let fd = try SystemCall.open(path, flags: O_RDWR | O_CREAT | O_EXCL, faults: faults)
         let file = SegmentFile(header: header, path: path, descriptor: fd, faults: faults)
@@ -117,7 +117,7 @@ public final class SegmentFile: Sendable {
     public static func open(id: UInt32, in directory: String, writable: Bool, faults: FaultInjector? = nil) throws
         -> SegmentFile
     {
-        let path = directory + "/" + PackFormat.fileName(forSegment: id)
+        let path = PackDirectory.segmentPath(id, in: directory)
         let fd = try SystemCall.open(path, flags: writable ? O_RDWR : O_RDONLY, faults: faults)
         var raw = [UInt8](repeating: 0, count: PackFormat.Version2.segmentHeaderSize)
         let n: Int
@@ -144,7 +144,7 @@ public final class SegmentFile: Sendable {
     public static func openForSalvage(id: UInt32, in directory: String, format: SegmentFormat, faults: FaultInjector? = nil)
         throws -> SegmentFile
     {
-        let path = directory + "/" + PackFormat.fileName(forSegment: id)
+        let path = PackDirectory.segmentPath(id, in: directory)
         let fd = try SystemCall.open(path, flags: O_RDONLY, faults: faults)
         return SegmentFile(header: SegmentHeader(id: id, format: format, createdAt: 0), path: path, descriptor: fd, faults: faults)
     }
@@ -398,6 +398,12 @@ public enum PackDirectory {
     /// The path of segment `id`'s file in `path`.
     public static func segmentPath(_ id: UInt32, in path: String) -> String {
         path + "/" + PackFormat.fileName(forSegment: id)
+    }
+
+    /// The bytes of every segment file in `path` (0 when it cannot be listed).
+    public static func totalSize(in path: String) -> Int64 {
+        let ids = (try? segmentIDs(in: path)) ?? []
+        return ids.reduce(Int64(0)) { $0 + Int64(segmentSize($1, in: path) ?? 0) }
     }
 
     /// The size of segment `id`'s file, or nil when there is no regular file by that name.

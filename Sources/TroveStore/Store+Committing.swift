@@ -91,8 +91,7 @@ extension Store {
     /// the damage for `trove fsck --repair`, which salvages the rest of the segment.
     /// - Returns: the dropped keys.
     func dropDamagedBlob(_ blob: BlobRow, reason: String) throws(StoreError) -> [CacheKey] {
-        try committer.withLock { (slot) throws(StoreError) -> [CacheKey] in
-            guard let state = slot, !state.isClosed else { throw Self.closedError(directory) }
+        try withCommitter { (state) throws(StoreError) -> [CacheKey] in
             let index = state.index
             // The index must reflect every queued write before the blob's keys are judged.
             try commitCycle(state, flushReadTimes: false)

@@ -90,7 +90,7 @@ extension Store {
         let activeID = appender.withLock { $0.pack.segment.id }
         let sealed = try withIndex { try $0.segments() }.filter { $0.isSealed && $0.id < activeID }
         let candidates = sealed.map { row -> (row: SegmentRow, size: Int64) in
-            (row, SystemCall.fileSize(packsDirectory + "/" + PackFormat.fileName(forSegment: row.id)) ?? 0)
+            (row, Int64(PackDirectory.segmentSize(row.id, in: packsDirectory) ?? 0))
         }.sorted { ($0.size - $0.row.liveBytes) > ($1.size - $1.row.liveBytes) }
         let totalBytes = candidates.reduce(Int64(0)) { $0 + $1.size }
         var doneBytes: Int64 = 0
@@ -130,8 +130,7 @@ extension Store {
 
     /// Seals segment `id` if it is the active one, so that it can be rewritten.
     func sealIfActive(_ id: UInt32) throws(StoreError) {
-        try committer.withLock { (slot) throws(StoreError) in
-            guard let state = slot, !state.isClosed else { throw Self.closedError(directory) }
+        try withCommitter { (state) throws(StoreError) in
             let rotated = try withAppender { (appender) throws(StoreError) -> Bool in
                 guard appender.pack.segment.id == id else { return false }
                 try appender.rotate(packs: packsDirectory, createdAt: configuration.clock())
@@ -143,8 +142,7 @@ extension Store {
 
     private func sealActiveSegmentIfWorthRewriting() throws(StoreError) {
         let overCapacity = configuration.capacity.map { diskUsage() > $0 } ?? false
-        try committer.withLock { (slot) throws(StoreError) in
-            guard let state = slot, !state.isClosed else { throw Self.closedError(directory) }
+        try withCommitter { (state) throws(StoreError) in
             try commitCycle(state, flushReadTimes: false)
             let (activeID, end) = appender.withLock { ($0.pack.segment.id, $0.pack.end) }
             let live: Int64
@@ -169,8 +167,7 @@ extension Store {
         _ victims: (IndexDatabase) throws -> [EntryRow]
     ) throws(StoreError) {
         while condition() {
-            let removed = try committer.withLock { (slot) throws(StoreError) -> [EntryRow]? in
-                guard let state = slot, !state.isClosed else { throw Self.closedError(directory) }
+            let removed = try withCommitter { (state) throws(StoreError) -> [EntryRow]? in
                 let batch: [EntryRow]
                 do { batch = try victims(state.index) } catch { throw StoreError(index: error) }
                 guard !batch.isEmpty else { return nil }
@@ -216,8 +213,7 @@ extension Store {
     /// - Parameter salvaging: scan past damaged bytes and drop them (fsck's repair), instead of
     ///   leaving a damaged segment alone.
     func rewrite(segment id: UInt32, salvaging: Bool = false) throws(StoreError) -> Int64 {
-        try committer.withLock { (slot) throws(StoreError) -> Int64 in
-            guard let state = slot, !state.isClosed else { throw Self.closedError(directory) }
+        try withCommitter { (state) throws(StoreError) -> Int64 in
             let index = state.index
             // The index must reflect every queued write before liveness is judged.
             try commitCycle(state, flushReadTimes: false)
@@ -482,12 +478,13 @@ extension Store {
 
     /// Disk usage now: pack segment files plus index files.
     func diskUsage() -> Int64 {
-        let segments = (try? PackDirectory.segmentIDs(in: packsDirectory)) ?? []
-        let packs = segments.reduce(Int64(0)) {
-            $0 + (SystemCall.fileSize(packsDirectory + "/" + PackFormat.fileName(forSegment: $1)) ?? 0)
-        }
+        PackDirectory.totalSize(in: packsDirectory) + indexFileBytes()
+    }
+
+    /// The bytes of index.sqlite and its `-wal` and `-shm` files.
+    func indexFileBytes() -> Int64 {
         let indexPath = directory + "/index.sqlite"
-        return packs + ["", "-wal", "-shm"].reduce(Int64(0)) { $0 + (SystemCall.fileSize(indexPath + $1) ?? 0) }
+        return ["", "-wal", "-shm"].reduce(Int64(0)) { $0 + Int64(SystemCall.fileSize(indexPath + $1) ?? 0) }
     }
 
     /// Disk usage once every dead byte is reclaimed and the WAL is checkpointed: the live bytes,
@@ -507,8 +504,7 @@ extension Store {
 
     /// Runs `body` on the committer's connection.
     func withIndex<T>(_ body: (IndexDatabase) throws -> T) throws(StoreError) -> T {
-        try committer.withLock { (slot) throws(StoreError) -> T in
-            guard let state = slot, !state.isClosed else { throw Self.closedError(directory) }
+        try withCommitter { (state) throws(StoreError) -> T in
             do { return try body(state.index) } catch let error as StoreError { throw error } catch {
                 throw StoreError(index: error)
             }

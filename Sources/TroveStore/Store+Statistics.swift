@@ -61,11 +61,8 @@ extension Store {
         let totals = try readIndex { try $0.totals() }
         let segmentIDs: [UInt32]
         do { segmentIDs = try PackDirectory.segmentIDs(in: packsDirectory) } catch { throw StoreError(pack: error) }
-        let packBytes = segmentIDs.reduce(Int64(0)) {
-            $0 + (SystemCall.fileSize(packsDirectory + "/" + PackFormat.fileName(forSegment: $1)) ?? 0)
-        }
-        let indexPath = directory + "/index.sqlite"
-        let indexBytes = ["", "-wal", "-shm"].reduce(Int64(0)) { $0 + (SystemCall.fileSize(indexPath + $1) ?? 0) }
+        let packBytes = PackDirectory.totalSize(in: packsDirectory)
+        let indexBytes = indexFileBytes()
         return Statistics(
             entries: Int(totals.entries), blobs: Int(totals.blobs), payloadBytes: totals.entryPayloadBytes,
             storedPayloadBytes: totals.blobPayloadBytes, liveBytes: totals.liveBytes, packBytes: packBytes,

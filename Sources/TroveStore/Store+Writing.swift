@@ -265,6 +265,14 @@ extension Store {
         }
     }
 
+    /// Runs `body` with the committer (its lock held: commit cycles wait), or throws `.closed`.
+    func withCommitter<T>(_ body: (CommitState) throws(StoreError) -> T) throws(StoreError) -> T {
+        try committer.withLock { (slot) throws(StoreError) -> T in
+            guard let state = slot, !state.isClosed else { throw Self.closedError(directory) }
+            return try body(state)
+        }
+    }
+
     /// Runs `body` with the appender, or throws `.closed`.
     func withAppender<T>(_ body: (AppendState) throws(StoreError) -> T) throws(StoreError) -> T {
         try appender.withLock { (state) throws(StoreError) -> T in
