@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian machine and runs Trove's whole test suite:
-#   1. installs the system libraries Trove needs (scripts/bootstrap.sh);
+#   1. installs the system libraries Trove needs (scripts/bootstrap.sh), and lints the code
+#      with the toolchain's swift-format and the settings in .swift-format (`swift format -i -r
+#      Sources Tests` fixes what it reports);
 #   2. builds and runs every test (swift test), and checks that a program on TroveStore alone
 #      links no image library (scripts/check-store-links.sh);
 #   3. runs the concurrency, store, crash and compaction suites again under ThreadSanitizer
@@ -11,6 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/bootstrap.sh
+swift format lint --strict -r Sources Tests Package.swift
 
 swift build --build-tests
 bash scripts/check-store-links.sh

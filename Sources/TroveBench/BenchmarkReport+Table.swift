@@ -5,7 +5,8 @@ extension BenchmarkReport {
     /// baseline; then the targets.
     public func table() -> String {
         func pad(_ s: String, _ n: Int, right: Bool = false) -> String {
-            s.count >= n ? s : right ? String(repeating: " ", count: n - s.count) + s : s + String(repeating: " ", count: n - s.count)
+            s.count >= n
+                ? s : right ? String(repeating: " ", count: n - s.count) + s : s + String(repeating: " ", count: n - s.count)
         }
         func number(_ v: Double, _ digits: Int = 1) -> String { String(format: "%.\(digits)f", v) }
         var lines: [String] = []

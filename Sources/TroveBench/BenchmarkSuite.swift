@@ -195,8 +195,9 @@ public final class BenchmarkSuite {
             let roll = Int.random(in: 0..<100, using: &generator)
             return roll < 80
                 ? Int.random(in: 5_000...50_000, using: &generator)
-                : roll < 97 ? Int.random(in: 100_000...500_000, using: &generator)
-                : Int.random(in: 1_000_000...4_000_000, using: &generator)
+                : roll < 97
+                    ? Int.random(in: 100_000...500_000, using: &generator)
+                    : Int.random(in: 1_000_000...4_000_000, using: &generator)
         }
         let zipf = ZipfSampler(count: items)
         var version = [Int](repeating: 0, count: items)
@@ -291,7 +292,9 @@ public final class BenchmarkSuite {
         let live = (0..<4_000).map { _ in Int.random(in: 0..<(count / 2), using: &generator) * 2 + 1 }
         func get(_ j: Int) throws -> Data? { try store.data(for: CacheKey(url: "c-\(live[j % live.count])")) }
         func check(_ j: Int, _ data: Data?) throws {
-            guard data == values[live[j % live.count]] else { throw BenchmarkError("compaction: wrong bytes for c-\(live[j % live.count])") }
+            guard data == values[live[j % live.count]] else {
+                throw BenchmarkError("compaction: wrong bytes for c-\(live[j % live.count])")
+            }
         }
         let idle = try measure(live.count, get, check: check)
         record("get, idle", name: "Trove", idle)
@@ -405,7 +408,8 @@ public final class BenchmarkSuite {
             guard let t = result(workload, trove), let b = result(workload, baseline) else { return }
             let r = t.opsPerSecond / b.opsPerSecond
             checks.append(
-                TargetCheck(target: "\(workload): \(trove) vs \(baseline)", measured: r, required: "≥ \(atLeast)×", met: r >= atLeast))
+                TargetCheck(
+                    target: "\(workload): \(trove) vs \(baseline)", measured: r, required: "≥ \(atLeast)×", met: r >= atLeast))
         }
         // Like with like (Docs/Benchmarks.md): the page-cache baselines against both Trove levels
         // that return before an fsync, the fsync-per-write baselines against `full`.
@@ -424,7 +428,9 @@ public final class BenchmarkSuite {
             checks.append(TargetCheck(target: "get p99 during compaction vs idle", measured: r, required: "≤ 3×", met: r <= 3))
         }
         if let disk = result("disk per payload 20KB", "Trove"), let value = disk.metric {
-            checks.append(TargetCheck(target: "disk bytes per payload byte, 20 KB values", measured: value, required: "≤ 1.02", met: value <= 1.02))
+            checks.append(
+                TargetCheck(
+                    target: "disk bytes per payload byte, 20 KB values", measured: value, required: "≤ 1.02", met: value <= 1.02))
         }
         if let small = result("cold get at 10000 entries", "Trove"),
             let large = results.last(where: { $0.workload.hasPrefix("cold get at ") && $0.workload != small.workload })
@@ -432,7 +438,9 @@ public final class BenchmarkSuite {
             let r = large.p99Microseconds / max(small.p99Microseconds, 1e-9)
             checks.append(TargetCheck(target: "get p99, \(large.workload) vs 10000", measured: r, required: "≤ 2×", met: r <= 2))
             if let open = large.metric {
-                checks.append(TargetCheck(target: "open time, \(large.workload.dropFirst(12))", measured: open, required: "< 1 s", met: open < 1))
+                checks.append(
+                    TargetCheck(
+                        target: "open time, \(large.workload.dropFirst(12))", measured: open, required: "< 1 s", met: open < 1))
             }
         }
         return checks

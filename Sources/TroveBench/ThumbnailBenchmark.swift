@@ -65,7 +65,8 @@ public enum ThumbnailBenchmark {
                 let group = files.filter { $0.path.hasSuffix(kind) }
                 let clock = ContinuousClock()
                 let start = clock.now
-                try runTool(vips, group.map(\.path) + ["--size", "\(box)x\(box)", "-o", directory + "/out/%s.vips.webp[Q=\(quality)]"])
+                try runTool(
+                    vips, group.map(\.path) + ["--size", "\(box)x\(box)", "-o", directory + "/out/%s.vips.webp[Q=\(quality)]"])
                 let each = milliseconds(clock.now - start) / Double(group.count)
                 for file in group {
                     let name = URL(fileURLWithPath: file.path).deletingPathExtension().lastPathComponent
@@ -81,7 +82,9 @@ public enum ThumbnailBenchmark {
             let out = try runTool(python, [script, directory + "/out", String(box), String(quality)] + files.map(\.path))
             for line in out.split(separator: "\n") {
                 let parts = line.split(separator: "\t")
-                guard parts.count == 2, let ms = Double(parts[1]), let file = files.first(where: { $0.path == parts[0] }) else { continue }
+                guard parts.count == 2, let ms = Double(parts[1]), let file = files.first(where: { $0.path == parts[0] }) else {
+                    continue
+                }
                 let name = URL(fileURLWithPath: file.path).deletingPathExtension().lastPathComponent
                 let output = [UInt8](try Data(contentsOf: URL(fileURLWithPath: directory + "/out/\(name).pillow.webp")))
                 rows.append(try row("Pillow (draft + LANCZOS)", file, output: output, milliseconds: ms))
@@ -106,14 +109,17 @@ public enum ThumbnailBenchmark {
             func pad(_ s: String, _ n: Int) -> String { s.count >= n ? s : String(repeating: " ", count: n - s.count) + s }
             lines.append(
                 tool.padding(toLength: 36, withPad: " ", startingAt: 0) + pad(String(format: "%.1f", jpeg), 14)
-                    + pad(String(format: "%.1f", png), 15) + pad(String(format: "%.1f", kib), 11) + pad(String(format: "%.1f", psnr), 14))
+                    + pad(String(format: "%.1f", png), 15) + pad(String(format: "%.1f", kib), 11)
+                    + pad(String(format: "%.1f", psnr), 14))
         }
         return lines.joined(separator: "\n")
     }
 
     // MARK: Helpers
 
-    private static func row(_ tool: String, _ file: (path: String, bytes: [UInt8], pixels: Int), output: [UInt8], milliseconds: Double)
+    private static func row(
+        _ tool: String, _ file: (path: String, bytes: [UInt8], pixels: Int), output: [UInt8], milliseconds: Double
+    )
         throws -> Row
     {
         let decoded = try ImageDecoder.decode(output).image

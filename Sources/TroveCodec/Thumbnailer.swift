@@ -189,15 +189,19 @@ public enum ImageEncoder {
     }
 
     /// JPEG (alpha dropped) at `quality`, 4:2:0 unless told; progressive on request.
-    public static func jpeg(_ image: RGBAImage, quality: Int = 90, subsampling: JPEGSubsampling = .s420, progressive: Bool = false)
+    public static func jpeg(
+        _ image: RGBAImage, quality: Int = 90, subsampling: JPEGSubsampling = .s420, progressive: Bool = false
+    )
         throws(CodecError) -> [UInt8]
     {
-        try TurboJPEG(compressing: true).encode(image, quality: quality, subsampling: subsampling.turboValue, progressive: progressive)
+        try TurboJPEG(compressing: true).encode(
+            image, quality: quality, subsampling: subsampling.turboValue, progressive: progressive)
     }
 
     /// PNG as RGBA, 8 bits.
     public static func png(_ image: RGBAImage, interlaced: Bool = false) throws(CodecError) -> [UInt8] {
-        try SPNG.encode(width: image.width, height: image.height, colorType: 6, bitDepth: 8, pixels: image.pixels, interlaced: interlaced)
+        try SPNG.encode(
+            width: image.width, height: image.height, colorType: 6, bitDepth: 8, pixels: image.pixels, interlaced: interlaced)
     }
 
     /// PNG of raw samples in the given colour type and bit depth (16-bit samples in host byte

@@ -35,8 +35,10 @@ extension IndexDatabase {
 
     func retainBlob(_ id: Int64) throws(IndexError) {
         // 0 → 1: the blob record becomes live bytes of its segment.
-        let after = try connection.statement("UPDATE blobs SET refs = refs + 1 WHERE id = ? RETURNING refs, segment, record_bytes")
-            .first([.integer(id)]) { ($0.int64(0), UInt32(truncatingIfNeeded: $0.int64(1)), $0.int64(2)) }
+        let after = try connection.statement(
+            "UPDATE blobs SET refs = refs + 1 WHERE id = ? RETURNING refs, segment, record_bytes"
+        )
+        .first([.integer(id)]) { ($0.int64(0), UInt32(truncatingIfNeeded: $0.int64(1)), $0.int64(2)) }
         if let (refs, segment, bytes) = after, refs == 1 {
             try addLiveBytes(bytes, segment: segment)
         }
@@ -45,8 +47,10 @@ extension IndexDatabase {
     func releaseBlob(_ id: Int64) throws(IndexError) {
         // 1 → 0: the blob is dead; its bytes are garbage for the compactor, which also deletes
         // the row when it reclaims them. Until then a put of equal bytes may link to it again.
-        let after = try connection.statement("UPDATE blobs SET refs = refs - 1 WHERE id = ? RETURNING refs, segment, record_bytes")
-            .first([.integer(id)]) { ($0.int64(0), UInt32(truncatingIfNeeded: $0.int64(1)), $0.int64(2)) }
+        let after = try connection.statement(
+            "UPDATE blobs SET refs = refs - 1 WHERE id = ? RETURNING refs, segment, record_bytes"
+        )
+        .first([.integer(id)]) { ($0.int64(0), UInt32(truncatingIfNeeded: $0.int64(1)), $0.int64(2)) }
         if let (refs, segment, bytes) = after, refs == 0 {
             try addLiveBytes(-bytes, segment: segment)
         }

@@ -133,8 +133,12 @@ extension IndexDatabase {
         return try reading {
             // total() adds in floating point and max(0, …) skips damaged values: a damaged column
             // must not turn statistics into an integer-overflow error.
-            let entries = try connection.statement("SELECT count(*), total(max(0, cost)) FROM entries").first { ($0.int64(0), $0.int64(1)) }!
-            let blobs = try connection.statement("SELECT count(*), total(max(0, length)) FROM blobs WHERE refs > 0").first { ($0.int64(0), $0.int64(1)) }!
+            let entries = try connection.statement("SELECT count(*), total(max(0, cost)) FROM entries").first {
+                ($0.int64(0), $0.int64(1))
+            }!
+            let blobs = try connection.statement("SELECT count(*), total(max(0, length)) FROM blobs WHERE refs > 0").first {
+                ($0.int64(0), $0.int64(1))
+            }!
             let live = try connection.statement("SELECT total(max(0, live_bytes)) FROM segments").first { $0.int64(0) }!
             return IndexTotals(
                 entries: entries.0, blobs: blobs.0, entryPayloadBytes: entries.1, blobPayloadBytes: blobs.1,

@@ -76,7 +76,8 @@ extension IndexDatabase {
     /// Every entry row (without its blob), in key-digest order.
     public func entryRows() throws(IndexError) -> [EntryRow] {
         var out: [EntryRow] = []
-        try connection.statement("SELECT \(Self.entryColumns) FROM entries e ORDER BY e.key_hash").query { (r) throws(IndexError) in
+        try connection.statement("SELECT \(Self.entryColumns) FROM entries e ORDER BY e.key_hash").query {
+            (r) throws(IndexError) in
             out.append(Self.entryRow(r))
             return true
         }

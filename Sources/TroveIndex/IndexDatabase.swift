@@ -1,4 +1,3 @@
-
 /// Trove's index: one SQLite connection with Trove's schema and typed queries. No SQL
 /// leaves this module.
 ///

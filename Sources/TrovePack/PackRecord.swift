@@ -246,7 +246,9 @@ public enum RecordCodec {
         guard raw[6] == 0 && raw[7] == 0 else { return .failure(.badFlags) }
         let length = UInt64(raw.loadLE(UInt32.self, at: 8))
         guard length <= PackFormat.maximumBodyLength else { return .failure(.oversizedBody) }
-        guard let digest = ContentHash(bytes: UnsafeRawBufferPointer(rebasing: raw[20..<36])) else { return .failure(.malformedBody) }
+        guard let digest = ContentHash(bytes: UnsafeRawBufferPointer(rebasing: raw[20..<36])) else {
+            return .failure(.malformedBody)
+        }
         let identity = RecordIdentity(type: type, sequence: raw.loadLE(UInt64.self, at: 12), digest: digest)
         return .success(
             RecordHeader(

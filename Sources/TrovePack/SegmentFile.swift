@@ -122,7 +122,8 @@ public final class SegmentFile: Sendable {
         var raw = [UInt8](repeating: 0, count: PackFormat.Version2.segmentHeaderSize)
         let n: Int
         do {
-            n = try raw.withUnsafeMutableBytes { b throws in try SystemCall.pread(fd, into: b, at: 0, path: path, faults: faults) }
+            n = try raw.withUnsafeMutableBytes { b throws in try SystemCall.pread(fd, into: b, at: 0, path: path, faults: faults)
+            }
         } catch {
             SystemCall.close(fd)
             throw error
@@ -146,7 +147,8 @@ public final class SegmentFile: Sendable {
     {
         let path = PackDirectory.segmentPath(id, in: directory)
         let fd = try SystemCall.open(path, flags: O_RDONLY, faults: faults)
-        return SegmentFile(header: SegmentHeader(id: id, format: format, createdAt: 0), path: path, descriptor: fd, faults: faults)
+        return SegmentFile(
+            header: SegmentHeader(id: id, format: format, createdAt: 0), path: path, descriptor: fd, faults: faults)
     }
 
     /// The header of the segment file at `path`, whatever its name says; nil when it is not a
@@ -350,7 +352,9 @@ public final class SegmentFile: Sendable {
             try SystemCall.pread(descriptor, into: b, at: offset, path: path, faults: faults)
         }
         guard n == raw.count,
-            case .success(let header) = raw.withUnsafeBytes({ RecordCodec.headerV2($0, format: format, segment: id, offset: offset) })
+            case .success(let header) = raw.withUnsafeBytes({
+                RecordCodec.headerV2($0, format: format, segment: id, offset: offset)
+            })
         else { return nil }
         return header
     }

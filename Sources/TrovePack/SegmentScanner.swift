@@ -176,7 +176,8 @@ public enum SegmentScanner {
                     length: reader.size - position, identity: header.identity,
                     reason: "the record at \(position) is cut short by the end of the file", cutShort: true)
             }
-            return .noRecord("the record at \(position) claims \(header.bodyLength) bytes past the end of the file", cutShort: true)
+            return .noRecord(
+                "the record at \(position) claims \(header.bodyLength) bytes past the end of the file", cutShort: true)
         }
         let bodyStart = position + UInt64(headerSize)
         let seed =

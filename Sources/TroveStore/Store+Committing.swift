@@ -34,8 +34,9 @@ extension Store {
             }
             state.lastReadTimeFlush = now
         }
-        guard !snapshot.isEmpty || !readTimes.isEmpty || snapshot.sequence != state.committedSequence
-            || state.deferredReplay != nil
+        guard
+            !snapshot.isEmpty || !readTimes.isEmpty || snapshot.sequence != state.committedSequence
+                || state.deferredReplay != nil
         else { return }
         var superseded: [LinkRecord] = []
         let index = state.index
@@ -206,7 +207,7 @@ extension Store {
                 schedule.lastCompaction = now
                 _ = try compactPass(timeToLive: nil)
             }
-        } catch where error.code == .closed {
+        } catch  where error.code == .closed {
             return
         } catch {
             shared.withLock { state in

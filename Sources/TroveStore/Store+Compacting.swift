@@ -43,7 +43,9 @@ extension Store {
     ///   - progress: called as segments are processed.
     /// - Returns: what was expired, evicted and reclaimed.
     @discardableResult
-    public func compact(timeToLive: Duration? = nil, progress: (WorkProgress) -> Void = { _ in }) throws(StoreError) -> CompactionReport {
+    public func compact(timeToLive: Duration? = nil, progress: (WorkProgress) -> Void = { _ in }) throws(StoreError)
+        -> CompactionReport
+    {
         try compactPass(timeToLive: timeToLive, progress: progress)
     }
 
@@ -70,7 +72,8 @@ extension Store {
         //    rewrite exceed the low watermark.
         if let capacity = configuration.capacity, Double(diskUsage()) > Double(capacity) * configuration.highWatermark {
             let low = Int64(Double(capacity) * configuration.lowWatermark)
-            try removeInBatches(into: &report.evictedEntries, bytes: &report.evictedBytes, while: { self.projectedUsage() > low }) {
+            try removeInBatches(into: &report.evictedEntries, bytes: &report.evictedBytes, while: { self.projectedUsage() > low })
+            {
                 index in
                 // Only as many as the excess needs: a batch of the least recently read, cut
                 // where their records add up to the bytes still to free.
@@ -108,7 +111,7 @@ extension Store {
             guard row.liveBytes <= 0 || sparse || outdated || (overCapacity && row.liveBytes < body) else { continue }
             do {
                 report.bytesCopied += try rewrite(segment: row.id)
-            } catch where error.code == .corruptRecord || error.code == .missingSegment {
+            } catch  where error.code == .corruptRecord || error.code == .missingSegment {
                 // A damaged segment is left for `trove fsck --repair`; the rest of the pass goes on.
                 report.segmentsSkipped += 1
                 continue
@@ -220,7 +223,9 @@ extension Store {
             // Another pass (the background one and an explicit one can interleave) may have
             // reclaimed the segment since this pass listed it.
             let stillThere: Bool
-            do { stillThere = try index.segments().contains { $0.id == id && $0.isSealed } } catch { throw StoreError(index: error) }
+            do { stillThere = try index.segments().contains { $0.id == id && $0.isSealed } } catch {
+                throw StoreError(index: error)
+            }
             guard stillThere else { return 0 }
             // Damage found in the segment (by a read, a pass, opening) is left to `trove fsck
             // --repair`, which judges it with every record in view: a rewrite would act on the
@@ -247,7 +252,7 @@ extension Store {
             let file: SegmentFile
             do throws(StoreError) {
                 file = try segmentFile(id)
-            } catch where salvaging && error.code == .missingSegment {
+            } catch  where salvaging && error.code == .missingSegment {
                 // A damaged header: the records are found with the store secret (fsck found them).
                 let format = appender.withLock { $0.format }
                 do {

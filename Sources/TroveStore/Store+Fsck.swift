@@ -93,7 +93,8 @@ struct FsckRun {
         let integrity = try index.integrityCheck()
         let indexIsSound = integrity == ["ok"]
         if !indexIsSound {
-            find(.indexIntegrity, "index.sqlite: \(integrity.prefix(5).joined(separator: "; ")); run `trove fsck --rebuild-index`")
+            find(
+                .indexIntegrity, "index.sqlite: \(integrity.prefix(5).joined(separator: "; ")); run `trove fsck --rebuild-index`")
         }
         let start = report.findings.count
         let (activeID, activeEnd, format) = store.appender.withLock { ($0.pack.segment.id, $0.pack.end, $0.format) }
@@ -120,10 +121,14 @@ struct FsckRun {
                 if fileIDs.contains(id), let salvageable = try? SegmentFile.openForSalvage(id: id, in: packs, format: format) {
                     salvage.insert(id)
                     try fold.fold(salvageable)
-                    find(.missingSegment, "\(name) has no valid segment header; its intact records are salvaged by repair", segment: id)
+                    find(
+                        .missingSegment, "\(name) has no valid segment header; its intact records are salvaged by repair",
+                        segment: id)
                 } else {
                     let what = fileIDs.contains(id) ? "unreadable" : "missing"
-                    find(.missingSegment, "\(name) is \(what)\(rowsByID[id] != nil ? "; the index has rows in it" : "")", segment: id)
+                    find(
+                        .missingSegment, "\(name) is \(what)\(rowsByID[id] != nil ? "; the index has rows in it" : "")",
+                        segment: id)
                     if fileIDs.contains(id) { unsalvageable.append(id) }
                 }
                 if rowsByID[id] != nil { unreadableRows.insert(id) }
@@ -192,7 +197,8 @@ struct FsckRun {
         }
         for row in strayRows {
             find(
-                .staleIndexRow, "the index row for \(row.key) disagrees with the link record it points at (segment "
+                .staleIndexRow,
+                "the index row for \(row.key) disagrees with the link record it points at (segment "
                     + "\(row.linkSegment) offset \(row.linkOffset)); it is rebuilt from the record",
                 segment: row.linkSegment, offset: row.linkOffset)
         }
@@ -218,15 +224,18 @@ struct FsckRun {
                 if row == nil {
                     if !strayRows.contains(where: { $0.linkSegment == location.segment && $0.linkOffset == location.offset }) {
                         find(
-                            .orphanRecord, "\(link.key): the link at segment \(location.segment) offset \(location.offset) "
+                            .orphanRecord,
+                            "\(link.key): the link at segment \(location.segment) offset \(location.offset) "
                                 + "is newer than the index", segment: location.segment, offset: location.offset)
                     }
                 } else if var row {
                     row.accessedAt = 0
                     if row != wanted {
                         find(
-                            .staleIndexRow, "\(link.key): the index row disagrees with its link record at segment "
-                                + "\(location.segment) offset \(location.offset)", segment: location.segment, offset: location.offset)
+                            .staleIndexRow,
+                            "\(link.key): the index row disagrees with its link record at segment "
+                                + "\(location.segment) offset \(location.offset)", segment: location.segment,
+                            offset: location.offset)
                     }
                 }
                 let copies = fold.blobCopies[link.blobID] ?? []
@@ -238,7 +247,8 @@ struct FsckRun {
                     } ?? false
                 if !storedIsIntact && blobRowsToSet.updateValue(blob, forKey: link.blobID) == nil && stored != nil {
                     find(
-                        .staleIndexRow, "blob \(link.blobID): the index row disagrees with its record at segment "
+                        .staleIndexRow,
+                        "blob \(link.blobID): the index row disagrees with its record at segment "
                             + "\(blob.location.segment) offset \(blob.location.offset)", segment: blob.location.segment,
                         offset: blob.location.offset)
                 }
@@ -249,20 +259,24 @@ struct FsckRun {
             case .lost(let older, let reason):
                 let key = row?.key ?? older?.key
                 if row != nil || older != nil {
-                    find(.lostWrite, "\(key.map(\.description) ?? "a key"): \(reason); its entry is dropped and no older value is served")
+                    find(
+                        .lostWrite,
+                        "\(key.map(\.description) ?? "a key"): \(reason); its entry is dropped and no older value is served")
                     if row != nil { report.entriesLost += 1 }
                 }
             case .unreflected(let link, let location):
                 find(
-                    .unreflectedRecord, "\(link.key): the link at segment \(location.segment) offset \(location.offset) is "
+                    .unreflectedRecord,
+                    "\(link.key): the link at segment \(location.segment) offset \(location.offset) is "
                         + "older than what the index committed and the index has no entry for it; not restored",
                     segment: location.segment, offset: location.offset)
             }
         }
         // Blob rows with no intact record and no entry: nothing to dedup onto.
-        let liveBlobs = Set(resolutions.compactMap { resolution -> UInt64? in
-            if case .entry(let link, _, _) = resolution.1 { link.blobID } else { nil }
-        })
+        let liveBlobs = Set(
+            resolutions.compactMap { resolution -> UInt64? in
+                if case .entry(let link, _, _) = resolution.1 { link.blobID } else { nil }
+            })
         var deadBlobRows: [Int64] = []
         for blob in try index.blobRows() where fold.blobs[UInt64(bitPattern: blob.id)] == nil {
             if !liveBlobs.contains(UInt64(bitPattern: blob.id)) { deadBlobRows.append(blob.id) }
@@ -273,15 +287,21 @@ struct FsckRun {
             find(.wrongReferenceCount, "blob \(wrong.id): \(wrong.stored) references stored, \(wrong.actual) entries link to it")
         }
         for wrong in try index.wrongLiveBytes() {
-            find(.wrongLiveBytes, "segment \(wrong.segment): \(wrong.stored) live bytes stored, rows add up to \(wrong.actual)", segment: wrong.segment)
+            find(
+                .wrongLiveBytes, "segment \(wrong.segment): \(wrong.stored) live bytes stored, rows add up to \(wrong.actual)",
+                segment: wrong.segment)
         }
         let nextSequence = store.appender.withLock { $0.nextSequence }
         if fold.nextSequence > nextSequence {
-            find(.wrongSequence, "the sequence counter would give \(nextSequence) to the next write, but the packs already hold "
+            find(
+                .wrongSequence,
+                "the sequence counter would give \(nextSequence) to the next write, but the packs already hold "
                     + "sequence \(fold.nextSequence - 1)")
         }
         for damage in try index.damage()
-        where damage.kind == FsckReport.Finding.Kind.setAsideFile.rawValue || damage.kind == FsckReport.Finding.Kind.rebuiltIndex.rawValue {
+        where damage.kind == FsckReport.Finding.Kind.setAsideFile.rawValue
+            || damage.kind == FsckReport.Finding.Kind.rebuiltIndex.rawValue
+        {
             find(FsckReport.Finding.Kind(rawValue: damage.kind) ?? .setAsideFile, damage.message)
         }
         guard repair else { return }
@@ -356,11 +376,14 @@ struct FsckRun {
         let opened = store.recoveryReport
         for tail in opened.truncatedTails {
             find(
-                .truncatedSegment, "segment \(tail.segment): \(tail.bytesRemoved) bytes of torn tail were cut when the store "
+                .truncatedSegment,
+                "segment \(tail.segment): \(tail.bytesRemoved) bytes of torn tail were cut when the store "
                     + "opened (\(tail.reason))", segment: tail.segment, offset: tail.validEnd, repaired: true)
         }
         for moved in opened.renamedFiles {
-            find(.renamedSegment, "packs/\(moved.from) was renamed to packs/\(moved.to) when the store opened (\(moved.reason))", repaired: true)
+            find(
+                .renamedSegment, "packs/\(moved.from) was renamed to packs/\(moved.to) when the store opened (\(moved.reason))",
+                repaired: true)
         }
         report.entriesLost += opened.droppedEntries.count
     }

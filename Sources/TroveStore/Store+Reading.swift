@@ -59,7 +59,13 @@ extension Store {
     public func forEachEntry(_ body: (EntryInfo) throws -> Void) throws {
         if let pending = try commitForListing() {
             var listed: [IndexedEntry] = []
-            try readIndex { index in try index.reading { try index.forEachEntry { listed.append($0); return true } } }
+            try readIndex { index in
+                try index.reading {
+                    try index.forEachEntry {
+                        listed.append($0); return true
+                    }
+                }
+            }
             for entry in Self.overlay(pending, on: listed) { try body(info(entry)) }
             return
         }
@@ -90,7 +96,7 @@ extension Store {
         do {
             try commitPending(flushReadTimes: true)
             return nil
-        } catch where error.code == .index || error.code == .io {
+        } catch  where error.code == .index || error.code == .io {
             return shared.withLock { $0.map.pending }
         }
     }
@@ -112,7 +118,6 @@ extension Store {
             return x.variant.utf8.lexicographicallyPrecedes(y.variant.utf8)
         }
     }
-
 
     /// Finds `key`'s entry: the location map first, the index on a miss. An entry past its
     /// expiry is not found (the compactor removes it later) unless `includingExpired`.
@@ -145,7 +150,7 @@ extension Store {
         if verifying {
             do {
                 try verifyLink(of: row, key: key)
-            } catch where error.code == .corruptRecord || error.code == .missingSegment {
+            } catch  where error.code == .corruptRecord || error.code == .missingSegment {
                 // The compactor may have moved the link (and deleted the old file) since the row
                 // was read: look once more before calling it damage.
                 let again = try readIndex { try $0.entry(digest: key.digest) }
@@ -211,7 +216,8 @@ extension Store {
         } catch {
             failure = "\(error)"
         }
-        let message = "\(key): \(failure) (segment \(row.linkSegment) offset \(row.linkOffset)); not served — run `trove fsck --repair`"
+        let message =
+            "\(key): \(failure) (segment \(row.linkSegment) offset \(row.linkOffset)); not served — run `trove fsck --repair`"
         throw StoreError(code: .corruptRecord, message: message, key: key)
     }
 
@@ -252,7 +258,8 @@ extension Store {
         let kind: FsckReport.Finding.Kind =
             failure.code == .missingSegment
             ? .missingSegment : (failure.underlying as? PackError)?.code == .recordMismatch ? .staleIndexRow : .corruptRecord
-        recordDamage(kind, segment: blob.segment, offset: blob.offset, end: blob.offset + blob.recordBytes, "\(key): \(failure.message)")
+        recordDamage(
+            kind, segment: blob.segment, offset: blob.offset, end: blob.offset + blob.recordBytes, "\(key): \(failure.message)")
         var error = failure
         error.key = key
         error.message = "\(key): \(failure.message)"

@@ -85,7 +85,8 @@ extension Store {
                         + "its previous value", repaired: true))
         }
         for damage in recovery.damage {
-            report.findings.append(.init(kind: damage.kind, message: damage.message, segment: damage.segment, offset: damage.offset))
+            report.findings.append(
+                .init(kind: damage.kind, message: damage.message, segment: damage.segment, offset: damage.offset))
         }
         for moved in recovery.renamedFiles {
             report.findings.append(
@@ -94,7 +95,8 @@ extension Store {
         for tail in recovery.truncatedTails {
             report.findings.append(
                 .init(
-                    kind: .truncatedSegment, message: "segment \(tail.segment): a torn tail of \(tail.bytesRemoved) bytes was cut",
+                    kind: .truncatedSegment,
+                    message: "segment \(tail.segment): a torn tail of \(tail.bytesRemoved) bytes was cut",
                     segment: tail.segment, offset: tail.validEnd, repaired: true))
         }
         for key in recovery.droppedEntries {

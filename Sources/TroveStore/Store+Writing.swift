@@ -37,7 +37,9 @@ extension Store {
     }
 
     /// Stores `bytes` under `key`; see ``put(_:for:metadata:)-(Data,_,_)``.
-    public func put(_ bytes: UnsafeRawBufferPointer, for key: CacheKey, metadata: EntryMetadata = EntryMetadata()) throws(StoreError) {
+    public func put(_ bytes: UnsafeRawBufferPointer, for key: CacheKey, metadata: EntryMetadata = EntryMetadata())
+        throws(StoreError)
+    {
         // Refuse what cannot be stored before spending a pass over it.
         guard bytes.count <= Self.maximumValueLength else {
             throw StoreError(

@@ -82,7 +82,9 @@ public final class Store: Sendable {
     ///   one) has the directory open, `.indexCorrupt` when the index is unreadable,
     ///   `.notAStore` when there is no store and none may be created, `.invalidDirectory` or
     ///   `.io` when the directory cannot be used.
-    public convenience init(directory: String = Store.defaultDirectory, configuration: Configuration = Configuration()) throws(StoreError) {
+    public convenience init(directory: String = Store.defaultDirectory, configuration: Configuration = Configuration())
+        throws(StoreError)
+    {
         try self.init(directory: directory, configuration: configuration, rebuilding: nil, lock: nil, progress: { _ in })
     }
 

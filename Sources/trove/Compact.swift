@@ -38,7 +38,9 @@ extension TroveCommand {
             let capacity = capacity.flatMap { ByteCount(parsing: $0)?.value }
             let ttl = ttl.flatMap(parseDuration)
             let line = ProgressLine()
-            let report = try store.withStore(configure: { $0.capacity = capacity; $0.compactionInterval = nil }) { store in
+            let report = try store.withStore(configure: {
+                $0.capacity = capacity; $0.compactionInterval = nil
+            }) { store in
                 try store.compact(timeToLive: ttl) { line.update($0) }
             }
             line.finish()

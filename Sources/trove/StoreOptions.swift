@@ -187,7 +187,9 @@ func writeOutput(_ data: Data, to path: String, outside store: String? = nil) th
     guard fd >= 0 else { try fail("cannot write \(path): \(String(cString: strerror(errno)))", code: ExitCodes.cannotWrite) }
     defer { close(fd) }
     var st = stat()
-    guard fstat(fd, &st) == 0 else { try fail("cannot write \(path): \(String(cString: strerror(errno)))", code: ExitCodes.cannotWrite) }
+    guard fstat(fd, &st) == 0 else {
+        try fail("cannot write \(path): \(String(cString: strerror(errno)))", code: ExitCodes.cannotWrite)
+    }
     if let store, let reason = storeFile(fd, st, in: store) {
         // A file this call created inside the store is removed again (by its real path).
         if !existed, let real = realPath(ofDescriptor: fd) { unlink(real) }

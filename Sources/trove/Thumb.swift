@@ -56,7 +56,9 @@ extension TroveCommand {
 
         func validate() throws {
             guard box != nil else { throw ValidationError("--size must be WIDTHxHEIGHT, such as 256x256, not \(size)") }
-            if lossless && quality != nil { throw ValidationError("--quality has no effect with --lossless; give one or the other") }
+            if lossless && quality != nil {
+                throw ValidationError("--quality has no effect with --lossless; give one or the other")
+            }
             guard variant.isValid else {
                 throw ValidationError("--size sides must be 1–\(Variant.maximumSide) and --quality 1–100")
             }
@@ -78,7 +80,8 @@ extension TroveCommand {
                 case .success(let thumbnail):
                     bytes = thumbnail.data
                     outputSize = (thumbnail.width, thumbnail.height)
-                    detail = " (decoded at \(thumbnail.decodedWidth)×\(thumbnail.decodedHeight) from a "
+                    detail =
+                        " (decoded at \(thumbnail.decodedWidth)×\(thumbnail.decodedHeight) from a "
                         + "\(thumbnail.sourceWidth)×\(thumbnail.sourceHeight) \(thumbnail.sourceFormat.rawValue.uppercased()))"
                 case .failure(let error):
                     try fail("\(source): \(error.message)", code: ExitCodes.badInput)
@@ -98,7 +101,9 @@ extension TroveCommand {
                 case .success(let entry?):
                     bytes = [UInt8](entry.data)
                     // The size from the WebP's header: the variant is not decoded again.
-                    guard case .success(let size) = Result(catching: { () throws(CodecError) in try ImageDecoder.dimensions(bytes) })
+                    guard
+                        case .success(let size) = Result(catching: { () throws(CodecError) in try ImageDecoder.dimensions(bytes) }
+                        )
                     else { try fail("\(source): the stored variant is not a readable WebP", code: ExitCodes.storeFailure) }
                     outputSize = size
                     detail = " (stored as \(source) [\(variant)])"

@@ -34,7 +34,8 @@ func emit(_ line: String) {
 }
 
 let arguments = CommandLine.arguments
-guard arguments.count == 5 || arguments.count == 6 && arguments[5] == "compact", let seed = UInt64(arguments[2]), let durability = Durability(rawValue: arguments[3]),
+guard arguments.count == 5 || arguments.count == 6 && arguments[5] == "compact", let seed = UInt64(arguments[2]),
+    let durability = Durability(rawValue: arguments[3]),
     let segmentSize = Int64(arguments[4])
 else {
     FileHandle.standardError.write(Data("usage: CrashWriter STORE SEED DURABILITY SEGMENT_SIZE [compact]\n".utf8))
@@ -84,10 +85,13 @@ while true {
             // Shared contents have one size; others are mostly thumbnails, some large, a few empty.
             let sizeRoll = Int.random(in: 0..<100, using: &generator)
             let size =
-                contentSeed <= 5 ? 7_777
-                : sizeRoll < 2 ? 0
-                : sizeRoll < 90 ? Int.random(in: 1...30_000, using: &generator)
-                : Int.random(in: 100_000...400_000, using: &generator)
+                contentSeed <= 5
+                ? 7_777
+                : sizeRoll < 2
+                    ? 0
+                    : sizeRoll < 90
+                        ? Int.random(in: 1...30_000, using: &generator)
+                        : Int.random(in: 100_000...400_000, using: &generator)
             emit("P \(k) \(contentSeed) \(size)")
             try store.put(
                 Data(testBytes(seed: contentSeed, count: size)), for: key,

@@ -86,10 +86,11 @@ import TroveTestSupport
                 #expect(workloads.contains(name), "\(name)")
             }
             let engines = Set(report.results.map(\.engine))
-            #expect(engines.isSuperset(of: [
-                "Trove", "Trove none", "Trove full", "FilePerEntry", "FilePerEntry fsync", "SQLiteBlob",
-                "SQLiteBlob no-LRU", "SQLiteBlob FULL",
-            ]))
+            #expect(
+                engines.isSuperset(of: [
+                    "Trove", "Trove none", "Trove full", "FilePerEntry", "FilePerEntry fsync", "SQLiteBlob",
+                    "SQLiteBlob no-LRU", "SQLiteBlob FULL",
+                ]))
             #expect(report.results.allSatisfy { $0.operations > 0 && $0.opsPerSecond > 0 })
             #expect(report.targets.count >= 9)
             #expect(report.table().contains("Targets (DESIGN.md)"))

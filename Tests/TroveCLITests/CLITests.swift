@@ -68,7 +68,8 @@ import TroveTestSupport
         try await withTemporaryDirectory { dir in
             let store = dir + "/store"
             for variant in ["", "w64", "w128"] {
-                let r = try trove(["put", "--store", store, "https://x/a.jpg", "-", "--variant", variant], stdin: Data(variant.utf8))
+                let r = try trove(
+                    ["put", "--store", store, "https://x/a.jpg", "-", "--variant", variant], stdin: Data(variant.utf8))
                 #expect(r.status == 0)
             }
             #expect(try trove(["get", "--store", store, "https://x/a.jpg", "--variant", "w64"]).stdout == Data("w64".utf8))
@@ -99,7 +100,8 @@ import TroveTestSupport
         try await withTemporaryDirectory { dir in
             let environment = ["TROVE_STORE": dir + "/env-store", "XDG_CACHE_HOME": dir + "/cache", "HOME": dir]
             let trove = productsDirectory + "/trove"
-            #expect(try runProcess(trove, ["put", "https://x/1", "-"], stdin: Data("v".utf8), environment: environment).status == 0)
+            #expect(
+                try runProcess(trove, ["put", "https://x/1", "-"], stdin: Data("v".utf8), environment: environment).status == 0)
             #expect(FileManager.default.fileExists(atPath: dir + "/env-store/index.sqlite"))
             #expect(!FileManager.default.fileExists(atPath: dir + "/cache/trove"))
             #expect(try runProcess(trove, ["get", "https://x/1"], environment: environment).stdout == Data("v".utf8))
@@ -156,7 +158,9 @@ import TroveTestSupport
             let file = dir + "/f"
             try Data("v".utf8).write(to: URL(fileURLWithPath: file))
             // Process arguments are C strings: run through sh to pass raw bytes.
-            let run = try runProcess("/bin/sh", ["-c", "\"$0\" put --store \"$1\" \"$(printf 'k\\377')\" \"$2\"", productsDirectory + "/trove", store, file])
+            let run = try runProcess(
+                "/bin/sh",
+                ["-c", "\"$0\" put --store \"$1\" \"$(printf 'k\\377')\" \"$2\"", productsDirectory + "/trove", store, file])
             #expect(run.status == 64)
             #expect(run.stderrText.contains("not valid UTF-8"))
             #expect(!FileManager.default.fileExists(atPath: store + "/index.sqlite"))
@@ -198,7 +202,8 @@ import TroveTestSupport
             let before = try Data(contentsOf: URL(fileURLWithPath: segment))
             try FileManager.default.createSymbolicLink(atPath: dir + "/to-index", withDestinationPath: index)
             try FileManager.default.linkItem(atPath: segment, toPath: dir + "/hard-segment")
-            try FileManager.default.createSymbolicLink(atPath: dir + "/dangling", withDestinationPath: store + "/packs/00000009.pack")
+            try FileManager.default.createSymbolicLink(
+                atPath: dir + "/dangling", withDestinationPath: store + "/packs/00000009.pack")
             for target in [dir + "/to-index", dir + "/hard-segment", dir + "/dangling", store + "/packs/out", index] {
                 let run = try trove(["get", "--store", store, "k", "-o", target])
                 #expect(run.status == 73, "\(target): \(run.stderrText)")
@@ -233,7 +238,8 @@ import TroveTestSupport
     /// `--expires-in 9223372036854775` used to crash converting a Double to Int64.
     @Test func anExpiryOutOfRangeIsAUsageError() async throws {
         try await withTemporaryDirectory { dir in
-            let run = try trove(["put", "--store", dir + "/s", "k", "-", "--expires-in", "9223372036854775"], stdin: Data("v".utf8))
+            let run = try trove(
+                ["put", "--store", dir + "/s", "k", "-", "--expires-in", "9223372036854775"], stdin: Data("v".utf8))
             #expect(run.status == 64)
             #expect(run.stderrText.contains("--expires-in"))
         }
@@ -242,7 +248,8 @@ import TroveTestSupport
     @Test func thumbOutputsObeyTheInputLimitsAndOptionsMustAgree() async throws {
         try await withTemporaryDirectory { dir in
             let png = dir + "/one.png"
-            try Data(try ImageEncoder.png(RGBAImage(width: 1, height: 1, pixels: [255, 0, 0, 255]))).write(to: URL(fileURLWithPath: png))
+            try Data(try ImageEncoder.png(RGBAImage(width: 1, height: 1, pixels: [255, 0, 0, 255]))).write(
+                to: URL(fileURLWithPath: png))
             // Upscaled to 16383×16383 (268 MP) it would be over the 100 MP decode limit: refused
             // before anything is allocated.
             let huge = try trove(["thumb", png, "--upscale", "--size", "16383x16383"])
@@ -271,7 +278,9 @@ import TroveTestSupport
 
     @Test func aQuickRunPrintsAReportWithEveryEngine() async throws {
         try await withTemporaryDirectory { dir in
-            let run = try trove(["bench", "--quick", "--json", "--population", "300", "--scale-entries", "10000", "--directory", dir])
+            let run = try trove([
+                "bench", "--quick", "--json", "--population", "300", "--scale-entries", "10000", "--directory", dir,
+            ])
             #expect(run.status == 0, "\(run.stderrText)")
             let report = try #require(try JSONSerialization.jsonObject(with: run.stdout) as? [String: Any])
             let results = try #require(report["results"] as? [[String: Any]])
@@ -290,7 +299,8 @@ import TroveTestSupport
 
     func fill(_ store: String, count: Int) throws {
         for i in 0..<count {
-            let r = try trove(["put", "--store", store, "https://x/\(i)", "-"], stdin: Data(testBytes(seed: UInt64(i), count: 30_000)))
+            let r = try trove(
+                ["put", "--store", store, "https://x/\(i)", "-"], stdin: Data(testBytes(seed: UInt64(i), count: 30_000)))
             #expect(r.status == 0)
         }
     }
@@ -305,7 +315,8 @@ import TroveTestSupport
             #expect(run.stdoutText.contains("reclaimed"))
             // stderr is a pipe here: no progress line.
             #expect(run.stderrText.isEmpty)
-            let stats = try JSONSerialization.jsonObject(with: try trove(["stats", "--store", store, "--json"]).stdout) as? [String: Any]
+            let stats =
+                try JSONSerialization.jsonObject(with: try trove(["stats", "--store", store, "--json"]).stdout) as? [String: Any]
             #expect((stats?["diskBytes"] as? Int ?? .max) <= 600 * 1024)
             let json = try trove(["compact", "--store", store, "--ttl", "0s", "--json"])
             let report = try JSONSerialization.jsonObject(with: json.stdout) as? [String: Any]
@@ -340,7 +351,9 @@ import TroveTestSupport
             #expect(try trove(["fsck", "--store", store]).status == 0)
             // Every other entry is intact.
             for i in 1..<10 {
-                #expect(try trove(["get", "--store", store, "https://x/\(i)"]).stdout == Data(testBytes(seed: UInt64(i), count: 30_000)))
+                #expect(
+                    try trove(["get", "--store", store, "https://x/\(i)"]).stdout
+                        == Data(testBytes(seed: UInt64(i), count: 30_000)))
             }
             // A lost index: --rebuild-index brings the entries back.
             for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: store + "/index.sqlite" + suffix) }

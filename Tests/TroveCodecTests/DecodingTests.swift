@@ -38,7 +38,9 @@ import TroveTestSupport
         let error = #expect(throws: CodecError.self) { try ImageDecoder.decode(cmyk) }
         #expect(error?.code == .unsupported)
         #expect(error?.message.contains("CMYK") == true)
-        let thumbnail = #expect(throws: CodecError.self) { try ImageDecoder.thumbnail(cmyk, variant: Variant(width: 8, height: 8)) }
+        let thumbnail = #expect(throws: CodecError.self) {
+            try ImageDecoder.thumbnail(cmyk, variant: Variant(width: 8, height: 8))
+        }
         #expect(thumbnail?.code == .unsupported)
     }
 
@@ -59,15 +61,19 @@ import TroveTestSupport
         #expect(gaImage[2, 0] == (34, 34, 34, 221))
         // RGB 8 and RGBA 16.
         let rgb: [UInt8] = (0..<(w * h)).flatMap { [UInt8($0), 100, UInt8(255 - $0)] as [UInt8] }
-        let rgbImage = try ImageDecoder.decode(ImageEncoder.png(width: w, height: h, colorType: 2, bitDepth: 8, samples: rgb)).image
+        let rgbImage = try ImageDecoder.decode(ImageEncoder.png(width: w, height: h, colorType: 2, bitDepth: 8, samples: rgb))
+            .image
         #expect(rgbImage[3, 1] == (8, 100, 247, 255))
         let rgba16: [UInt8] = (0..<(w * h)).flatMap { [0, UInt8($0), 0, 200, 0, 50, 0, 128] as [UInt8] }
-        let r16 = try ImageDecoder.decode(ImageEncoder.png(width: w, height: h, colorType: 6, bitDepth: 16, samples: rgba16)).image
+        let r16 = try ImageDecoder.decode(ImageEncoder.png(width: w, height: h, colorType: 6, bitDepth: 16, samples: rgba16))
+            .image
         #expect(r16[0, 1] == (5, 200, 50, 128))
         // Palette, and interlaced RGBA.
         let palette: [(UInt8, UInt8, UInt8)] = [(255, 0, 0), (0, 255, 0), (0, 0, 255)]
         let indices = (0..<(w * h)).map { UInt8($0 % 3) }
-        let p = try ImageDecoder.decode(ImageEncoder.png(width: w, height: h, colorType: 3, bitDepth: 8, samples: indices, palette: palette)).image
+        let p = try ImageDecoder.decode(
+            ImageEncoder.png(width: w, height: h, colorType: 3, bitDepth: 8, samples: indices, palette: palette)
+        ).image
         #expect(p[1, 0] == (0, 255, 0, 255))
         let image = smooth(33, 17, alpha: 200)
         let interlaced = try ImageDecoder.decode(ImageEncoder.png(image, interlaced: true)).image
@@ -103,7 +109,8 @@ import TroveTestSupport
             let (sw, sh) = scaled(f.num, f.denom)
             #expect(sw >= mw && sh >= mh, "\(w)×\(h) for \(mw)×\(mh): \(f)")
             // No smaller factor offered by TurboJPEG would still cover the minimum.
-            for smaller in [(7, 8), (3, 4), (5, 8), (1, 2), (3, 8), (1, 4), (1, 8)] where smaller.0 * f.denom < f.num * smaller.1 {
+            for smaller in [(7, 8), (3, 4), (5, 8), (1, 2), (3, 8), (1, 4), (1, 8)] where smaller.0 * f.denom < f.num * smaller.1
+            {
                 let (tw, th) = scaled(smaller.0, smaller.1)
                 #expect(tw < mw || th < mh, "\(w)×\(h) for \(mw)×\(mh): \(smaller) would do")
             }

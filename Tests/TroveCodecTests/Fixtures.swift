@@ -33,7 +33,8 @@ func quadrants(_ width: Int, _ height: Int) -> RGBAImage {
     for y in 0..<height {
         for x in 0..<width {
             let c: (UInt8, UInt8, UInt8) =
-                y < height / 2 ? (x < width / 2 ? (230, 20, 20) : (20, 230, 20)) : (x < width / 2 ? (20, 20, 230) : (240, 240, 240))
+                y < height / 2
+                ? (x < width / 2 ? (230, 20, 20) : (20, 230, 20)) : (x < width / 2 ? (20, 20, 230) : (240, 240, 240))
             let i = (y * width + x) * 4
             (pixels[i], pixels[i + 1], pixels[i + 2]) = c
         }

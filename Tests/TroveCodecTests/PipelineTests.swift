@@ -13,7 +13,8 @@ import TroveTestSupport
         let raw = stored(upright, for: orientation)
         #expect(orientation.apply(to: raw) == upright)
         for bigEndian in [false, true] {
-            let jpeg = withExifOrientation(try ImageEncoder.jpeg(raw, quality: 95, subsampling: .s444), orientation.rawValue, bigEndian: bigEndian)
+            let jpeg = withExifOrientation(
+                try ImageEncoder.jpeg(raw, quality: 95, subsampling: .s444), orientation.rawValue, bigEndian: bigEndian)
             #expect(Orientation.fromJPEG(jpeg) == orientation)
             let thumb = try ImageDecoder.thumbnail(jpeg, variant: Variant(width: 60, height: 60, quality: nil))
             #expect(thumb.width == 60 && thumb.height == 40, "\(orientation)")
@@ -100,7 +101,9 @@ import TroveTestSupport
             #expect(Variant(parsing: v.description) == v, "\(v)")
         }
         #expect(Variant(width: 256, height: 256).description == "w256-h256-inside-q80")
-        #expect(Variant(width: 64, height: 32, fit: .exact, quality: nil, allowsUpscaling: true).description == "w64-h32-exact-lossless-upscale")
+        #expect(
+            Variant(width: 64, height: 32, fit: .exact, quality: nil, allowsUpscaling: true).description
+                == "w64-h32-exact-lossless-upscale")
     }
 
     @Test(arguments: [
@@ -117,7 +120,8 @@ import TroveTestSupport
         let inside = Variant(width: 256, height: 256)
         #expect(inside.sizes(forSourceWidth: 4000, height: 3000).final == (256, 192))
         #expect(inside.sizes(forSourceWidth: 100, height: 50).final == (100, 50))  // no upscaling
-        #expect(Variant(width: 256, height: 256, allowsUpscaling: true).sizes(forSourceWidth: 100, height: 50).final == (256, 128))
+        #expect(
+            Variant(width: 256, height: 256, allowsUpscaling: true).sizes(forSourceWidth: 100, height: 50).final == (256, 128))
         let fill = Variant(width: 256, height: 256, fit: .fill)
         let f = fill.sizes(forSourceWidth: 4000, height: 3000)
         #expect(f.resampled == (341, 256))
@@ -127,7 +131,8 @@ import TroveTestSupport
     }
 
     @Test func fillCropsTheCentre() throws {
-        let thumb = try ImageDecoder.thumbnail(try ImageEncoder.png(quadrants(400, 200)), variant: Variant(width: 100, height: 100, fit: .fill, quality: nil))
+        let thumb = try ImageDecoder.thumbnail(
+            try ImageEncoder.png(quadrants(400, 200)), variant: Variant(width: 100, height: 100, fit: .fill, quality: nil))
         #expect(thumb.width == 100 && thumb.height == 100)
         let image = try ImageDecoder.decode(thumb.data).image
         // The centre of a 2:1 picture: all four quadrants meet in the middle.
@@ -222,13 +227,17 @@ import TroveTestSupport
         jpeg[sof + 8] = 0x60
         let jpegError = #expect(throws: CodecError.self) { try ImageDecoder.decode(jpeg) }
         #expect(jpegError?.code == .tooLarge)
-        let thumbError = #expect(throws: CodecError.self) { try ImageDecoder.thumbnail(jpeg, variant: Variant(width: 256, height: 256)) }
+        let thumbError = #expect(throws: CodecError.self) {
+            try ImageDecoder.thumbnail(jpeg, variant: Variant(width: 256, height: 256))
+        }
         #expect(thumbError?.code == .tooLarge)
 
         // WebP's own maximum is 16383 a side: 16383×16383 is 268 MP, over the 100 MP default.
         var limits = DecodeLimits()
         limits.maxPixels = 1_000
-        let webpError = #expect(throws: CodecError.self) { try ImageDecoder.decode(ImageEncoder.webp(smooth(64, 48)), limits: limits) }
+        let webpError = #expect(throws: CodecError.self) {
+            try ImageDecoder.decode(ImageEncoder.webp(smooth(64, 48)), limits: limits)
+        }
         #expect(webpError?.code == .tooLarge)
         // And input over the byte limit is refused before it is parsed.
         limits = DecodeLimits()

@@ -61,11 +61,14 @@ import TroveTestSupport
                 let start = length % 8  // unaligned starts too
                 let bytes = UnsafeRawBufferPointer(rebasing: all[start..<start + length])
                 let seed = generator.next()
-                #expect(XXH3.hash64(bytes, seed: seed, build: .avx2) == XXH3.hash64(bytes, seed: seed, build: .baseline), "\(length)")
+                #expect(
+                    XXH3.hash64(bytes, seed: seed, build: .avx2) == XXH3.hash64(bytes, seed: seed, build: .baseline), "\(length)")
                 #expect(XXH3.hash128(bytes, build: .avx2) == XXH3.hash128(bytes, build: .baseline), "\(length)")
                 // Streamed in three parts, split at random points.
                 let cuts = [Int.random(in: 0...length, using: &generator), Int.random(in: 0...length, using: &generator)].sorted()
-                let parts = [bytes[0..<cuts[0]], bytes[cuts[0]..<cuts[1]], bytes[cuts[1]..<length]].map { UnsafeRawBufferPointer(rebasing: $0) }
+                let parts = [bytes[0..<cuts[0]], bytes[cuts[0]..<cuts[1]], bytes[cuts[1]..<length]].map {
+                    UnsafeRawBufferPointer(rebasing: $0)
+                }
                 let avx2 = XXH3.hash64(parts: parts, seed: seed, build: .avx2)
                 #expect(avx2 == XXH3.hash64(parts: parts, seed: seed, build: .baseline), "\(length) split at \(cuts)")
                 #expect(avx2 == XXH3.hash64(bytes, seed: seed, build: .baseline), "\(length) split at \(cuts)")

@@ -68,7 +68,8 @@ import TroveTestSupport
             try index.insertBlob(id: 7, hash: ContentHash(high: 1, low: 1), length: 1, segment: 1, offset: 32, recordBytes: 41)
             // The same blob id twice violates the primary key.
             let error = #expect(throws: IndexError.self) {
-                try index.insertBlob(id: 7, hash: ContentHash(high: 2, low: 2), length: 1, segment: 1, offset: 99, recordBytes: 41)
+                try index.insertBlob(
+                    id: 7, hash: ContentHash(high: 2, low: 2), length: 1, segment: 1, offset: 99, recordBytes: 41)
             }
             #expect(error?.resultCode == 19)  // SQLITE_CONSTRAINT
             #expect(error?.extendedResultCode == 1555)  // SQLITE_CONSTRAINT_PRIMARYKEY
@@ -81,7 +82,8 @@ import TroveTestSupport
             let index = try IndexDatabase(path: dir + "/i.sqlite", readOnly: false)
             try index.begin()
             try index.insertSegment(id: 1, indexedBytes: 32)
-            let blob = try insert(index, hash: ContentHash(high: 1, low: 2), length: 1000, segment: 1, offset: 32, recordBytes: 1040)
+            let blob = try insert(
+                index, hash: ContentHash(high: 1, low: 2), length: 1000, segment: 1, offset: 32, recordBytes: 1040)
             #expect(try index.segments().first?.liveBytes == 0)
             try index.link(entry("a", blob: blob))
             try index.link(entry("b", blob: blob, linkOffset: 200))

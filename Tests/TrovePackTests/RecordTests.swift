@@ -95,7 +95,9 @@ import TroveTestSupport
     @Test func aHeaderIsBoundToItsPlaceAndStore() {
         let raw = header(offset: 48, segment: 1)
         func verifies(_ bytes: [UInt8], segment: UInt32, offset: UInt64, format: SegmentFormat = Self.format) -> Bool {
-            bytes.withUnsafeBytes { (try? RecordCodec.headerV2($0, format: format, segment: segment, offset: offset).get()) != nil }
+            bytes.withUnsafeBytes {
+                (try? RecordCodec.headerV2($0, format: format, segment: segment, offset: offset).get()) != nil
+            }
         }
         #expect(verifies(raw, segment: 1, offset: 48))
         #expect(!verifies(raw, segment: 1, offset: 49))

@@ -197,7 +197,8 @@ import TroveTestSupport
     @Test func aVersionOneSegmentStopsAtDamage() async throws {
         try await withTemporaryDirectory { dir in
             let tombstones = (0..<4).map { TombstoneRecord(url: "k\($0)", variant: "", sequence: UInt64($0), removedAt: 0) }
-            let offsets = try writeVersion1Segment(dir, id: 1, records: tombstones.map { (.tombstone, RecordCodec.tombstoneBody($0)) })
+            let offsets = try writeVersion1Segment(
+                dir, id: 1, records: tombstones.map { (.tombstone, RecordCodec.tombstoneBody($0)) })
             try flip(dir + "/00000001.pack", at: offsets[1] + 30)
             let file = try SegmentFile.open(id: 1, in: dir, writable: false)
             var count = 0
@@ -220,10 +221,14 @@ import TroveTestSupport
             }
             let writer = try makeWriter(dir, faults: faults)
             let big = [UInt8](repeating: 7, count: 48 << 20)
-            let bigOffset = try big.withUnsafeBytes { try writer.appendBlob(hash: ContentHash(high: 1, low: 1), id: 1, payload: $0) }
+            let bigOffset = try big.withUnsafeBytes {
+                try writer.appendBlob(hash: ContentHash(high: 1, low: 1), id: 1, payload: $0)
+            }
             var fakes: [UInt8] = []
             while fakes.count < 8 << 20 { fakes += Array("TRVR".utf8) + [2, 2, 0, 0] + [UInt8](repeating: 1, count: 44) }
-            let fakeOffset = try fakes.withUnsafeBytes { try writer.appendBlob(hash: ContentHash(high: 2, low: 2), id: 2, payload: $0) }
+            let fakeOffset = try fakes.withUnsafeBytes {
+                try writer.appendBlob(hash: ContentHash(high: 2, low: 2), id: 2, payload: $0)
+            }
             _ = try writer.appendTombstone(TombstoneRecord(url: "end", variant: "", sequence: 3, removedAt: 0))
             try flip(writer.segment.path, at: bigOffset + 100)
             try flip(writer.segment.path, at: fakeOffset + 2)

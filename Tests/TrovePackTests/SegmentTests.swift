@@ -145,7 +145,8 @@ func version1BlobBody(_ payload: [UInt8], id: UInt64) -> [UInt8] {
     @Test func openRefusesLinksDirectoriesAndFIFOs() async throws {
         try await withTemporaryDirectory { dir in
             _ = try makeWriter(dir, id: 1)
-            try FileManager.default.createSymbolicLink(atPath: dir + "/00000002.pack", withDestinationPath: dir + "/00000001.pack")
+            try FileManager.default.createSymbolicLink(
+                atPath: dir + "/00000002.pack", withDestinationPath: dir + "/00000001.pack")
             let link = #expect(throws: PackError.self) { try SegmentFile.open(id: 2, in: dir, writable: true) }
             #expect(link?.code == .notASegment)
             try FileManager.default.createDirectory(atPath: dir + "/00000003.pack", withIntermediateDirectories: false)
@@ -169,7 +170,8 @@ func version1BlobBody(_ payload: [UInt8], id: UInt64) -> [UInt8] {
             #expect(!writer.needsRotation(forAppending: 400))
             #expect(writer.needsRotation(forAppending: 500))
             writer.rotate(
-                to: try SegmentFile.create(id: 2, in: dir, createdAt: 1, format: .version2(secret: testSecret), synchronize: false))
+                to: try SegmentFile.create(
+                    id: 2, in: dir, createdAt: 1, format: .version2(secret: testSecret), synchronize: false))
             #expect(writer.end == UInt64(PackFormat.segmentHeaderSize))
             #expect(writer.segment.id == 2)
             #expect(try PackDirectory.segmentIDs(in: dir) == [1, 2])

@@ -57,7 +57,8 @@ import TroveTestSupport
                         try store.remove(key(k))
                         expected[k] = nil
                     } else {
-                        let v = Data(testBytes(seed: UInt64(round * 1000 + k), count: Int.random(in: 1_000...60_000, using: &generator)))
+                        let v = Data(
+                            testBytes(seed: UInt64(round * 1000 + k), count: Int.random(in: 1_000...60_000, using: &generator)))
                         try store.put(v, for: key(k))
                         expected[k] = v
                     }
@@ -199,7 +200,9 @@ import TroveTestSupport
                 try store.close()
             }
             let files = StoreFiles(root: dir)
-            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: files.store + "/index.sqlite" + suffix) }
+            for suffix in ["", "-wal", "-shm"] {
+                try? FileManager.default.removeItem(atPath: files.store + "/index.sqlite" + suffix)
+            }
             let store = try openStore(dir, segmentSize: 32 << 10) { $0.compactionInterval = nil }
             for i in 0..<40 {
                 let entry = try store.entry(for: key(i))

@@ -32,7 +32,9 @@ import TroveTestSupport
         }
     }
 
-    static func launch(store: String, seed: UInt64, durability: Durability, segmentSize: Int, compacting: Bool = false) throws -> Child {
+    static func launch(store: String, seed: UInt64, durability: Durability, segmentSize: Int, compacting: Bool = false) throws
+        -> Child
+    {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: productsDirectory + "/CrashWriter")
         process.arguments = [store, String(seed), durability.rawValue, String(segmentSize)] + (compacting ? ["compact"] : [])
@@ -142,13 +144,19 @@ import TroveTestSupport
                 let actual = entry?.etag
                 if let entry {
                     let parts = actual!.split(separator: ":").map { UInt64($0)! }
-                    #expect(entry.data == Data(testBytes(seed: parts[0], count: Int(parts[1]))), "round \(round) key \(k): wrong bytes")
+                    #expect(
+                        entry.data == Data(testBytes(seed: parts[0], count: Int(parts[1]))),
+                        "round \(round) key \(k): wrong bytes")
                 }
                 if let op = inFlight, op.key == k {
-                    #expect(actual == model[k] || actual == op.etag, "round \(round) key \(k): in-flight op gave \(String(describing: actual))")
+                    #expect(
+                        actual == model[k] || actual == op.etag,
+                        "round \(round) key \(k): in-flight op gave \(String(describing: actual))")
                     model[k] = actual
                 } else {
-                    #expect(actual == model[k], "round \(round) key \(k): expected \(String(describing: model[k])), got \(String(describing: actual))")
+                    #expect(
+                        actual == model[k],
+                        "round \(round) key \(k): expected \(String(describing: model[k])), got \(String(describing: actual))")
                 }
             }
             // fsck finds nothing that opening the store did not already repair.
@@ -172,7 +180,9 @@ import TroveTestSupport
         let final = try store.fsck()
         #expect(final.isClean, "\(final.findings)")
         #expect(try store.statistics().entries == model.values.count)
-        print("crash suite\(compacting ? " with compaction" : ""): \(rounds) rounds, \(totalOps) acknowledged operations, \(tornTails) torn tails cut\(compacting ? ", \(compactedInChild) segments reclaimed by the child, \(compactedSegments) after reopening" : "")")
+        print(
+            "crash suite\(compacting ? " with compaction" : ""): \(rounds) rounds, \(totalOps) acknowledged operations, \(tornTails) torn tails cut\(compacting ? ", \(compactedInChild) segments reclaimed by the child, \(compactedSegments) after reopening" : "")"
+        )
     }
 
     @Test func aSecondProcessIsRefusedNamingTheOwner() async throws {

@@ -178,7 +178,9 @@ import TroveTestSupport
                     #expect(untyped.isEmpty, "\(context): untyped errors \(untyped)")
                     // Reads go on while the fault is in place, in a store that has it.
                     if let faulted = try? openStore(path, segmentSize: 16 << 10, { $0.faultInjector = schedule.injector }) {
-                        _ = Self.check(faulted, model: model, context: context + ", faulted", allowingReadErrors: [.open, .read].contains(operation))
+                        _ = Self.check(
+                            faulted, model: model, context: context + ", faulted",
+                            allowingReadErrors: [.open, .read].contains(operation))
                         // The fault clears: the store works again without reopening.
                         schedule.clear()
                         let after = Data("after \(target)".utf8)

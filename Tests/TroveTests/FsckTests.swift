@@ -23,7 +23,9 @@ import TroveTestSupport
     }
 
     /// Runs fsck, then repair, then fsck again; returns the kinds first found and the keys lost.
-    func checkAndRepair(_ dir: String, _ body: (Store, FsckReport) throws -> Void = { _, _ in }) throws -> (Set<FsckReport.Finding.Kind>, Int) {
+    func checkAndRepair(_ dir: String, _ body: (Store, FsckReport) throws -> Void = { _, _ in }) throws -> (
+        Set<FsckReport.Finding.Kind>, Int
+    ) {
         let store = try open(dir)
         let found = try store.fsck()
         try body(store, found)
@@ -104,7 +106,8 @@ import TroveTestSupport
                 let index = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: false)
                 let six = try #require(try index.entry(digest: key(6).digest)).entry
                 try index.connection.execute(
-                    "UPDATE entries SET link_offset = \(six.linkOffset), link_segment = \(six.linkSegment) WHERE url = '\(key(5).url)'")
+                    "UPDATE entries SET link_offset = \(six.linkOffset), link_segment = \(six.linkSegment) WHERE url = '\(key(5).url)'"
+                )
             }
             let (kinds, lost) = try checkAndRepair(dir)
             #expect(kinds == [.staleIndexRow])
@@ -175,7 +178,9 @@ import TroveTestSupport
                 for i in stride(from: 0, to: Self.count, by: 5) { try store.remove(key(i)) }
                 try store.close()
             }
-            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: dir + "/store/index.sqlite" + suffix) }
+            for suffix in ["", "-wal", "-shm"] {
+                try? FileManager.default.removeItem(atPath: dir + "/store/index.sqlite" + suffix)
+            }
             let rebuilt = try Store.rebuildIndex(directory: dir + "/store")
             // Without an index to check them against, the packs are all there is: it says so.
             #expect(rebuilt.findings.map(\.kind) == [.rebuiltIndex])
@@ -201,7 +206,9 @@ import TroveTestSupport
             try Data(repeating: 0xEE, count: 8192).write(to: URL(fileURLWithPath: path))
             #expect(throws: StoreError.self) { try open(dir) }
             _ = try Store.rebuildIndex(directory: dir + "/store")
-            let kept = try FileManager.default.contentsOfDirectory(atPath: dir + "/store").filter { $0.hasPrefix("index.sqlite.damaged-") }
+            let kept = try FileManager.default.contentsOfDirectory(atPath: dir + "/store").filter {
+                $0.hasPrefix("index.sqlite.damaged-")
+            }
             #expect(kept.count == 1)
             let (kinds, lost) = try checkAndRepair(dir)
             #expect(kinds.isEmpty || kinds == [.rebuiltIndex])

@@ -24,7 +24,8 @@ func populate(_ dir: String, count: Int, segmentSize: Int64 = 64 << 20) throws {
             let active = files.segment(try files.segmentIDs().last!)
             let goodSize = try files.size(active)
             // Half a record: a write that never completed (header and part of the body).
-            let tombstone = RecordCodec.tombstoneBody(TombstoneRecord(url: String(repeating: "u", count: 80), variant: "", sequence: 1 << 40, removedAt: 0))
+            let tombstone = RecordCodec.tombstoneBody(
+                TombstoneRecord(url: String(repeating: "u", count: 80), variant: "", sequence: 1 << 40, removedAt: 0))
             try files.append(active, Array(("TRVR".utf8 + [3, 2, 0, 0] + tombstone).prefix(60)))
             do {
                 let store = try openStore(dir)
@@ -63,7 +64,9 @@ func populate(_ dir: String, count: Int, segmentSize: Int64 = 64 << 20) throws {
                 try store.remove(key(2))
                 try store.close()
             }
-            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: files.store + "/index.sqlite" + suffix) }
+            for suffix in ["", "-wal", "-shm"] {
+                try? FileManager.default.removeItem(atPath: files.store + "/index.sqlite" + suffix)
+            }
             try FileManager.default.copyItem(atPath: saved, toPath: files.store + "/index.sqlite")
             let store = try openStore(dir)
             #expect(store.recoveryReport.replayedRecords >= 4)
@@ -94,7 +97,9 @@ func populate(_ dir: String, count: Int, segmentSize: Int64 = 64 << 20) throws {
                 try store.remove(key(5))
                 try store.close()
             }
-            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: files.store + "/index.sqlite" + suffix) }
+            for suffix in ["", "-wal", "-shm"] {
+                try? FileManager.default.removeItem(atPath: files.store + "/index.sqlite" + suffix)
+            }
             let store = try openStore(dir, segmentSize: 32 << 10)
             for i in 0..<30 where i != 5 {
                 let entry = try store.entry(for: key(i))

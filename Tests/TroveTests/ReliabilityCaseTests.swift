@@ -52,7 +52,8 @@ import TroveTestSupport
             }
             let (segment, offset) = try blobRecord(of: new, in: dir)
             #expect(segment >= 3)
-            try StoreFiles(root: dir).flip(StoreFiles(root: dir).segment(segment), at: Int(offset) + PackFormat.recordHeaderSize + 10)
+            try StoreFiles(root: dir).flip(
+                StoreFiles(root: dir).segment(segment), at: Int(offset) + PackFormat.recordHeaderSize + 10)
             let store = try open(dir)
             #expect(throws: StoreError.self) { try store.data(for: k) }
             for _ in 0..<2 {
@@ -144,7 +145,9 @@ import TroveTestSupport
                 for (i, key) in keys.enumerated() { try store.put(Data(testBytes(seed: UInt64(i), count: 10_000)), for: key) }
                 try store.close()
             }
-            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: dir + "/store/index.sqlite" + suffix) }
+            for suffix in ["", "-wal", "-shm"] {
+                try? FileManager.default.removeItem(atPath: dir + "/store/index.sqlite" + suffix)
+            }
             try StoreFiles(root: dir).flip(StoreFiles(root: dir).segment(1), at: 31_000)
             let store = try open(dir) { $0.segmentSize = 1 << 20 }
             #expect(store.recoveryReport.rebuiltIndex)
@@ -179,7 +182,9 @@ import TroveTestSupport
             do {
                 let store = try open(dir)
                 #expect(store.recoveryReport.renamedFiles.count == 2)
-                for (i, key) in keys.enumerated() { #expect(try store.data(for: key) == Data(testBytes(seed: UInt64(i), count: 900))) }
+                for (i, key) in keys.enumerated() {
+                    #expect(try store.data(for: key) == Data(testBytes(seed: UInt64(i), count: 900)))
+                }
                 #expect(try store.fsck().findings.allSatisfy(\.repaired))
                 try store.close()
             }
@@ -436,14 +441,16 @@ import TroveTestSupport
     @Test func aDamagedSecretInTheIndexChangesNothing() async throws {
         try await withTemporaryDirectory { dir in
             try populate(dir)
-            try execute(dir, "UPDATE meta SET value = value # 1 WHERE key = 'secret.second'".replacingOccurrences(of: "#", with: "|"))
+            try execute(
+                dir, "UPDATE meta SET value = value # 1 WHERE key = 'secret.second'".replacingOccurrences(of: "#", with: "|"))
             try execute(dir, "UPDATE meta SET value = value - 1 WHERE key = 'secret.second' AND value % 2 = 1")
             let store = try openStore(dir)
             #expect(store.recoveryReport.setAsideFiles.isEmpty)
             try expectAllServed(store)
             _ = try store.fsck(repair: true)
             try expectAllServed(store, "after repair")
-            #expect(try !FileManager.default.contentsOfDirectory(atPath: dir + "/store/packs").contains { $0.hasSuffix(".foreign") })
+            #expect(
+                try !FileManager.default.contentsOfDirectory(atPath: dir + "/store/packs").contains { $0.hasSuffix(".foreign") })
         }
     }
 
@@ -466,7 +473,9 @@ import TroveTestSupport
     }
 
     /// A damaged `indexed_bytes` (or `sealed` flag) never makes opening cut committed records.
-    @Test(arguments: ["UPDATE segments SET indexed_bytes = indexed_bytes - 90", "UPDATE segments SET indexed_bytes = 100, sealed = 0"])
+    @Test(arguments: [
+        "UPDATE segments SET indexed_bytes = indexed_bytes - 90", "UPDATE segments SET indexed_bytes = 100, sealed = 0",
+    ])
     func aDamagedSegmentRowNeverTruncatesRecords(edit: String) async throws {
         try await withTemporaryDirectory { dir in
             try populate(dir)
@@ -707,12 +716,14 @@ import TroveTestSupport
             let (offset, link) = try #require(oldLink)
             if damage == "older link" {
                 try execute(
-                    dir, "UPDATE entries SET link_segment = 1, link_offset = \(offset), sequence = \(link.sequence), "
+                    dir,
+                    "UPDATE entries SET link_segment = 1, link_offset = \(offset), sequence = \(link.sequence), "
                         + "blob = \(link.blobID) WHERE url = '\(keys[0].url)'")
             } else {
                 let blob = "(SELECT blob FROM entries WHERE url = '\(keys[1].url)')"
                 try execute(
-                    dir, "UPDATE blobs SET refs = 0 WHERE id = \(blob); "
+                    dir,
+                    "UPDATE blobs SET refs = 0 WHERE id = \(blob); "
                         + "UPDATE entries SET blob = (SELECT blob FROM entries WHERE url = '\(keys[2].url)') "
                         + "WHERE url = '\(keys[1].url)'")
             }

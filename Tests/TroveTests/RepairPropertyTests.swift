@@ -247,10 +247,13 @@ import TroveTestSupport
                     log.append("swap \(id) \(other)")
                 case 64..<70:
                     let copy = (ids.max() ?? 0) + UInt32.random(in: 1...3, using: &g)
-                    try FileManager.default.copyItem(atPath: path, toPath: packsPath + "/" + PackFormat.fileName(forSegment: copy))
+                    try FileManager.default.copyItem(
+                        atPath: path, toPath: packsPath + "/" + PackFormat.fileName(forSegment: copy))
                     log.append("duplicate \(id) as \(copy)")
                 case 70..<78:
-                    for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: store + "/index.sqlite" + suffix) }
+                    for suffix in ["", "-wal", "-shm"] {
+                        try? FileManager.default.removeItem(atPath: store + "/index.sqlite" + suffix)
+                    }
                     log.append("delete index")
                     index = true
                 case 78..<84:
@@ -427,7 +430,9 @@ import TroveTestSupport
                 // An older or removed value: only where every trace of the newer write is gone.
                 if damage.index && damage.packs && reported {
                     excusedOlderValues += 1
-                    if ProcessInfo.processInfo.environment["TROVE_REPAIR_VERBOSE"] != nil { print("excused: \(context) \(step): \(key)") }
+                    if ProcessInfo.processInfo.environment["TROVE_REPAIR_VERBOSE"] != nil {
+                        print("excused: \(context) \(step): \(key)")
+                    }
                 } else {
                     violations += 1
                     Issue.record("\(context) \(step): \(key) served an older or removed value")

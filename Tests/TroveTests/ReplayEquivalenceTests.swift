@@ -113,7 +113,9 @@ import TroveTestSupport
             // Rebuilt by --rebuild-index (the sound index is evidence) and by opening with no index.
             let rebuilt = try variant("rebuild") { _ = try Store.rebuildIndex(directory: $0) }
             let reopened = try variant("lost") { copy in
-                for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: copy + "/index.sqlite" + suffix) }
+                for suffix in ["", "-wal", "-shm"] {
+                    try? FileManager.default.removeItem(atPath: copy + "/index.sqlite" + suffix)
+                }
             }
             // Recovery on open: the index saved before the second phase, which opening replays.
             let recovered = try variant("recovered") { try Self.copyIndex(from: saved, to: $0 + "/index.sqlite") }
@@ -132,7 +134,8 @@ import TroveTestSupport
             #expect(!expected.isEmpty)
             for (name, store) in [("rebuild", rebuilt), ("lost index", reopened), ("recovery", recovered)] {
                 let rows = try Self.rows(store, locations: !leaveCopies)
-                #expect(rows == expected, "\(name): \(rows.symmetricDifference(expected).sorted { $0.description < $1.description })")
+                #expect(
+                    rows == expected, "\(name): \(rows.symmetricDifference(expected).sorted { $0.description < $1.description })")
             }
             // And the bytes each serves.
             for row in expected {

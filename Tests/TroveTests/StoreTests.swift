@@ -262,10 +262,11 @@ func key(_ i: Int, variant: String = "") -> CacheKey {
             try store.close()
             let names = try FileManager.default.subpathsOfDirectory(atPath: dir).sorted()
             #expect(names.allSatisfy { $0.hasPrefix("store") })
-            #expect(Set(names).isSubset(of: [
-                "store", "store/LOCK", "store/index.sqlite", "store/index.sqlite-wal", "store/index.sqlite-shm",
-                "store/packs", "store/packs/00000001.pack",
-            ]))
+            #expect(
+                Set(names).isSubset(of: [
+                    "store", "store/LOCK", "store/index.sqlite", "store/index.sqlite-wal", "store/index.sqlite-shm",
+                    "store/packs", "store/packs/00000001.pack",
+                ]))
         }
     }
 

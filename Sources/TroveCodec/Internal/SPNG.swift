@@ -86,7 +86,9 @@ enum SPNG {
         guard rc == 0 else { throw CodecError(.encodeFailed, "PNG: \(message(rc))") }
         var length = 0
         var err: Int32 = 0
-        guard let buffer = spng_get_png_buffer(ctx, &length, &err) else { throw CodecError(.encodeFailed, "PNG: \(message(err))") }
+        guard let buffer = spng_get_png_buffer(ctx, &length, &err) else {
+            throw CodecError(.encodeFailed, "PNG: \(message(err))")
+        }
         defer { free(buffer) }
         return Array(UnsafeRawBufferPointer(start: buffer, count: length))
     }

@@ -56,7 +56,9 @@ enum WebP {
         picture.height = Int32(image.height)
         picture.use_argb = 1
         defer { WebPPictureFree(&picture) }
-        let imported = image.pixels.withUnsafeBufferPointer { WebPPictureImportRGBA(&picture, $0.baseAddress, Int32(image.width * 4)) }
+        let imported = image.pixels.withUnsafeBufferPointer {
+            WebPPictureImportRGBA(&picture, $0.baseAddress, Int32(image.width * 4))
+        }
         guard imported != 0 else { throw CodecError(.encodeFailed, "WebP: out of memory importing the picture") }
         var writer = WebPMemoryWriter()
         WebPMemoryWriterInit(&writer)

@@ -48,7 +48,8 @@ enum SystemCall {
                     path: path, errno: ELOOP)
             }
             if errno == EISDIR {
-                throw PackError(code: .notASegment, message: "\(path) is a directory, not a segment file", path: path, errno: EISDIR)
+                throw PackError(
+                    code: .notASegment, message: "\(path) is a directory, not a segment file", path: path, errno: EISDIR)
             }
             throw ioError("open", path: path, errno: errno)
         }

@@ -59,7 +59,8 @@ final class AppendState: @unchecked Sendable {
         let id = old.id + 1
         let file: SegmentFile
         do {
-            file = try SegmentFile.create(id: id, in: packs, createdAt: createdAt, format: format, synchronize: false, faults: faults)
+            file = try SegmentFile.create(
+                id: id, in: packs, createdAt: createdAt, format: format, synchronize: false, faults: faults)
         } catch {
             // A file created without its whole header holds nothing: remove it (best effort) so
             // that the next rotation can create the segment again.
@@ -75,7 +76,8 @@ final class AppendState: @unchecked Sendable {
 
     /// Queues a record appended at `offset` of the active segment.
     func enqueue(offset: UInt64, length: UInt64, _ content: ScannedRecord.Content) {
-        queue.append(PendingWrite(segment: pack.segment.id, record: ScannedRecord(offset: offset, length: length, content: content)))
+        queue.append(
+            PendingWrite(segment: pack.segment.id, record: ScannedRecord(offset: offset, length: length, content: content)))
     }
 }
 

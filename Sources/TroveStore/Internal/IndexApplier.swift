@@ -39,7 +39,9 @@ struct IndexApplier {
                 blob.length == link.blobLength
             else { return .skipped }
             try index.link(
-                row(for: link, digest: digest, location: RecordLocation(segment: segment, offset: record.offset, length: record.length),
+                row(
+                    for: link, digest: digest,
+                    location: RecordLocation(segment: segment, offset: record.offset, length: record.length),
                     accessedAt: link.createdAt))
             return .applied
         case .tombstone(let tombstone):

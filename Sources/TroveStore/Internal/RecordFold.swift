@@ -163,7 +163,9 @@ struct RecordFold: Sendable {
         case .link(let link):
             keep(KeyRecord(sequence: link.sequence, location: location, content: .link(link)), digest: identity.digest)
         case .tombstone(let tombstone):
-            keep(KeyRecord(sequence: tombstone.sequence, location: location, content: .tombstone(tombstone)), digest: identity.digest)
+            keep(
+                KeyRecord(sequence: tombstone.sequence, location: location, content: .tombstone(tombstone)),
+                digest: identity.digest)
         }
     }
 
@@ -186,7 +188,8 @@ struct RecordFold: Sendable {
         if blobs[blobID] == nil {
             blobs[blobID] = BlobCopy(
                 hash: indexed.blob.hash, payloadLength: indexed.blob.length,
-                location: RecordLocation(segment: indexed.blob.segment, offset: indexed.blob.offset, length: indexed.blob.recordBytes))
+                location: RecordLocation(
+                    segment: indexed.blob.segment, offset: indexed.blob.offset, length: indexed.blob.recordBytes))
         }
     }
 
@@ -287,14 +290,16 @@ struct RecordFold: Sendable {
             }
             if claim < newest.sequence, let recorded = evidence.recordedSequence, newest.sequence < recorded {
                 return .lost(
-                    older: link, reason: "the index row disagrees with its newest link (sequence \(newest.sequence)), which it committed")
+                    older: link,
+                    reason: "the index row disagrees with its newest link (sequence \(newest.sequence)), which it committed")
             }
         }
         if claim == nil, let committed = evidence.committedSequence, newest.sequence < committed {
             return .unreflected(link, newest.location)
         }
         guard let blob = blobs[link.blobID], blob.hash == link.blobHash, blob.payloadLength == link.blobLength else {
-            let why = damagedBlobIDs.contains(link.blobID) ? "its blob \(link.blobID) is damaged" : "its blob \(link.blobID) is gone"
+            let why =
+                damagedBlobIDs.contains(link.blobID) ? "its blob \(link.blobID) is damaged" : "its blob \(link.blobID) is gone"
             return .lost(older: link, reason: why)
         }
         return .entry(link, link: newest.location, blob: blob)

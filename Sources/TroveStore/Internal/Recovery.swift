@@ -346,7 +346,9 @@ struct Recovery {
         // 5. The active segment: the newest unsealed one, if it is whole and of the current
         //    version. The others are sealed.
         let candidates = tails.filter { !sealing.contains($0.id) }
-        let active = candidates.last.flatMap { $0.id == newestID && $0.file.format.version == PackFormat.currentVersion ? $0 : nil }
+        let active = candidates.last.flatMap {
+            $0.id == newestID && $0.file.format.version == PackFormat.currentVersion ? $0 : nil
+        }
         let synchronize = configuration.durability != .none
         for tail in tails where tail.id != active?.id {
             if synchronize && !sealing.contains(tail.id) { try tail.file.synchronize() }

@@ -50,7 +50,8 @@ struct SegmentPlacement {
             guard isFile, let header = SegmentFile.header(atPath: packs + "/" + name)
             else {
                 if stem == name {
-                    placement.unreadable[nameID] = PackDirectory.kind(of: name, in: packs) == "file" ? "no valid header" : "not a regular file"
+                    placement.unreadable[nameID] =
+                        PackDirectory.kind(of: name, in: packs) == "file" ? "no valid header" : "not a regular file"
                 } else {
                     let to = try PackDirectory.quarantine(name, suffix: "damaged", in: packs, faults: faults)
                     placement.setAside.append((name, to, "an unreadable file left by an interrupted rename"))

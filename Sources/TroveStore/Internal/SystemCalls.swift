@@ -53,7 +53,8 @@ enum SystemCall {
         var st = stat()
         guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
             close(fd)
-            throw StoreError(code: .invalidDirectory, message: "cannot use lock file \(path): it is not a regular file; remove it")
+            throw StoreError(
+                code: .invalidDirectory, message: "cannot use lock file \(path): it is not a regular file; remove it")
         }
         return fd
     }
