@@ -130,16 +130,6 @@ extension IndexDatabase {
         return doomed
     }
 
-    /// Drops blob `id` and every entry linked to it (its record failed verification).
-    /// Run inside a transaction.
-    /// - Returns: the dropped entries.
-    public func dropBlob(_ id: Int64) throws(IndexError) -> [EntryRow] {
-        let doomed = try entries(blobID: id)
-        for row in doomed { try removeEntry(digest: row.keyDigest) }
-        try connection.statement("DELETE FROM blobs WHERE id = ?").run([.integer(id)])
-        return doomed
-    }
-
     /// Deletes segment `id`'s row (its records must already be gone from the index).
     public func deleteSegment(_ id: UInt32) throws(IndexError) {
         liveByteDeltas[id] = nil

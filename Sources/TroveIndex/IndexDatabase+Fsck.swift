@@ -3,31 +3,6 @@ public import TroveCore
 // Queries of fsck: whole-table walks and recomputations of derived columns.
 
 extension IndexDatabase {
-    /// Calls `body` with every blob row, by id.
-    public func forEachBlob(_ body: (BlobRow) throws -> Void) throws {
-        var thrown: (any Error)?
-        try connection.statement("SELECT \(Self.blobColumns) FROM blobs b ORDER BY b.id").query { (r) throws(IndexError) in
-            do { try body(Self.blobRow(r, from: 0)) } catch {
-                thrown = error
-                return false
-            }
-            return true
-        }
-        if let thrown { throw thrown }
-    }
-
-    /// Entries whose blob row does not exist.
-    public func entriesWithoutBlob() throws(IndexError) -> [EntryRow] {
-        var out: [EntryRow] = []
-        try connection.statement(
-            "SELECT \(Self.entryColumns) FROM entries e LEFT JOIN blobs b ON b.id = e.blob WHERE b.id IS NULL"
-        ).query { (r) throws(IndexError) in
-            out.append(Self.entryRow(r))
-            return true
-        }
-        return out
-    }
-
     /// Blobs whose stored reference count differs from the number of entries linked to them:
     /// (id, stored, actual).
     public func wrongReferenceCounts() throws(IndexError) -> [(id: Int64, stored: Int64, actual: Int64)] {
@@ -74,17 +49,5 @@ extension IndexDatabase {
                 coalesce((SELECT sum(b.record_bytes) FROM blobs b WHERE b.segment = segments.id AND b.refs > 0), 0)
                 + coalesce((SELECT sum(e.link_length) FROM entries e WHERE e.link_segment = segments.id), 0)
             """)
-    }
-
-    /// Sets entry `digest`'s link location (after fsck appended a fresh link record for it).
-    public func setLinkLocation(of digest: ContentHash, segment: UInt32, offset: UInt64, length: UInt64, sequence: UInt64)
-        throws(IndexError)
-    {
-        try connection.statement(
-            "UPDATE entries SET link_segment = ?, link_offset = ?, link_length = ?, sequence = ? WHERE key_hash = ?"
-        ).run([
-            .integer(Int64(segment)), .integer(Int64(offset)), .integer(Int64(length)),
-            .integer(Int64(bitPattern: sequence)), .blob(digest.bytes),
-        ])
     }
 }

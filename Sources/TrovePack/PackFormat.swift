@@ -13,8 +13,8 @@ public enum PackFormat {
     public static let segmentMagic: [UInt8] = Array("TROVPACK".utf8)
     /// The magic of every record: the bytes "TRVR" (0x52565254 little-endian).
     public static let recordMagic: UInt32 = 0x5256_5254
-    /// The record magic as bytes, for searching a buffer.
-    public static let recordMagicBytes: [UInt8] = [0x54, 0x52, 0x56, 0x52]
+    /// The record magic as bytes, for searching a buffer (derived: the magic is written once).
+    public static let recordMagicBytes: [UInt8] = withUnsafeBytes(of: recordMagic.littleEndian) { Array($0) }
 
     /// The size of a segment header in the current version.
     public static let segmentHeaderSize = Version2.segmentHeaderSize

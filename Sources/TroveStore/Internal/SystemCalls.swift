@@ -1,5 +1,7 @@
-// Every system call of the Trove module (the process lock, directory creation, file sizes),
-// in one place: each retries on EINTR and reports failure through a thrown StoreError.
+// Every system call of the TroveStore module (the process lock, directory creation, file
+// sizes), in one place: each retries on EINTR and reports failure through a thrown StoreError —
+// but for the two best-effort helpers of the lock file's pid (`readAll`, `replaceContents`),
+// which retry on EINTR and otherwise give up quietly.
 
 #if canImport(Glibc)
     import Glibc
