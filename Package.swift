@@ -57,6 +57,10 @@ let package = Package(
 
         // Tests.
         .target(name: "TroveTestSupport", path: "Tests/TroveTestSupport"),
+        // Store fixtures (openStore, key, value, populate, TestClock) for every suite that opens one.
+        .target(
+            name: "TroveStoreTestSupport", dependencies: ["TroveStore", "TroveCore", "TroveTestSupport"],
+            path: "Tests/TroveStoreTestSupport"),
         // A child process for the crash suite: writes to a store until it is SIGKILLed.
         // It links TroveStore alone: CI checks it needs no image library (scripts/test.sh).
         .executableTarget(name: "CrashWriter", dependencies: ["TroveStore", "TroveTestSupport"], path: "Tests/CrashWriter"),
@@ -67,7 +71,8 @@ let package = Package(
         .testTarget(
             name: "TroveTests",
             dependencies: [
-                "Trove", "TroveStore", "TrovePack", "TroveIndex", "TroveCodec", "TroveTestSupport", "CrashWriter",
+                "Trove", "TroveStore", "TrovePack", "TroveIndex", "TroveCodec", "TroveTestSupport", "TroveStoreTestSupport",
+                "CrashWriter",
             ],
             exclude: ["Fixtures"]),
         .testTarget(name: "TroveBenchTests", dependencies: ["TroveBench", "TroveTestSupport"]),

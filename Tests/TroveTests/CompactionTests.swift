@@ -3,6 +3,7 @@ import Testing
 import TroveCore
 import TroveIndex
 import TrovePack
+import TroveStoreTestSupport
 import TroveTestSupport
 
 @_spi(Testing) @testable import TroveStore

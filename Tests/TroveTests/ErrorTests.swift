@@ -3,6 +3,7 @@ import Testing
 import TroveCore
 @testable import TroveIndex
 import TrovePack
+import TroveStoreTestSupport
 import TroveTestSupport
 
 @testable import TroveStore

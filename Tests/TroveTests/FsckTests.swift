@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import TroveCore
 import TrovePack
+import TroveStoreTestSupport
 import TroveTestSupport
 
 @testable import TroveStore

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import TroveCodec
 import TroveCore
+import TroveStoreTestSupport
 import TroveTestSupport
 
 @testable import Trove

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import TroveCore
 @testable import TroveIndex
+import TroveStoreTestSupport
 import TroveTestSupport
 
 @_spi(Testing) @testable import TroveStore

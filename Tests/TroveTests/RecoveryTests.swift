@@ -3,18 +3,10 @@ import Testing
 import TroveCore
 import TroveIndex
 import TrovePack
+import TroveStoreTestSupport
 import TroveTestSupport
 
 @testable import TroveStore
-
-func value(_ i: Int, size: Int = 3000) -> Data { Data(testBytes(seed: UInt64(i), count: size + i)) }
-
-/// Fills a new store in `dir` with `value(i)` under `key(i)` for `0..<count`, and closes it.
-func populate(_ dir: String, count: Int, segmentSize: Int64 = 64 << 20) throws {
-    let store = try openStore(dir, segmentSize: segmentSize)
-    for i in 0..<count { try store.put(value(i), for: key(i)) }
-    try store.close()
-}
 
 @Suite struct RecoveryTests {
     @Test func aTornTailIsCutAndEntriesSurvive() async throws {

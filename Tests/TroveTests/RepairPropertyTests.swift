@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import TroveCore
+import TroveStoreTestSupport
 import TroveTestSupport
 
 @testable import TroveStore

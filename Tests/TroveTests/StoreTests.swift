@@ -3,24 +3,10 @@ import Testing
 import TroveCore
 import TroveIndex
 import TrovePack
+import TroveStoreTestSupport
 import TroveTestSupport
 
 @_spi(Testing) @testable import TroveStore
-
-/// Opens a store in `dir` with small batches and segments unless told otherwise.
-func openStore(
-    _ dir: String, durability: Durability = .batched, segmentSize: Int64 = 64 << 20,
-    _ configure: (inout Store.Configuration) -> Void = { _ in }
-) throws -> Store {
-    var configuration = Store.Configuration(durability: durability)
-    configuration.segmentSize = segmentSize
-    configure(&configuration)
-    return try Store(directory: dir + "/store", configuration: configuration)
-}
-
-func key(_ i: Int, variant: String = "") -> CacheKey {
-    CacheKey(url: "https://img.example/\(i).jpg", variant: variant)
-}
 
 @Suite struct StoreTests {
     @Test(arguments: [0, 1, 100, 4096, 3 << 20 + 17])
@@ -315,12 +301,4 @@ func key(_ i: Int, variant: String = "") -> CacheKey {
             for i in 0..<100 { #expect(try store.data(for: key(i)) == Data([UInt8(i)])) }
         }
     }
-}
-
-/// A clock that tests move by hand.
-final class TestClock: Sendable {
-    private let value: Locked<Int64>
-    init(start: Int64) { value = Locked(start) }
-    var now: @Sendable () -> Int64 { { self.value.withLock { $0 } } }
-    func advance(by milliseconds: Int64) { value.withLock { $0 += milliseconds } }
 }
