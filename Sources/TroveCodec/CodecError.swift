@@ -18,6 +18,9 @@ public struct CodecError: Error, Sendable, CustomStringConvertible, Equatable {
         public static let tooLarge = Code(name: "tooLarge")
         /// The encoder failed.
         public static let encodeFailed = Code(name: "encodeFailed")
+        /// A codec library could not start or get memory: not the input's fault, and worth
+        /// retrying.
+        public static let libraryFailure = Code(name: "libraryFailure")
         public var description: String { name }
     }
 

@@ -33,6 +33,24 @@ import TroveTestSupport
         }
     }
 
+    /// An image cut short is `.truncated`, by the library's own code where it has one (PNG,
+    /// WebP) and by TurboJPEG's message where only that tells (JPEG); a damaged one is not.
+    @Test(arguments: [ImageFormat.jpeg, .png, .webp])
+    func aCutImageIsTruncatedNotCorrupt(format: ImageFormat) throws {
+        let image = smooth(64, 48)
+        let data: [UInt8] =
+            switch format {
+            case .jpeg: try ImageEncoder.jpeg(image, quality: 90)
+            case .png: try ImageEncoder.png(image)
+            case .webp: try ImageEncoder.webp(image, quality: 80)
+            }
+        let cut = Array(data.prefix(data.count * 2 / 3))
+        let error = #expect(throws: CodecError.self) { try ImageDecoder.decode(cut) }
+        #expect(error?.code == .truncated, "\(format): \(error?.message ?? "")")
+        #expect(TurboJPEG.isTruncation("Premature end of JPEG file"))
+        #expect(!TurboJPEG.isTruncation("Corrupt JPEG data: bad Huffman code"))
+    }
+
     @Test func cmykJPEGIsRefusedClearly() throws {
         let cmyk = try TurboJPEG(compressing: true).encode(smooth(16, 16), quality: 90, cmyk: true)
         let error = #expect(throws: CodecError.self) { try ImageDecoder.decode(cmyk) }

@@ -10,13 +10,15 @@ enum SPNG {
 
     static func error(_ code: Int32, _ what: String) -> CodecError {
         let text = message(code)
-        let truncated = code == Int32(SPNG_EOF.rawValue) || text.contains("end of")
+        // libspng says truncation by its codes, never only in words: the buffer ran out
+        // (SPNG_IO_EOF), the file ended (SPNG_EOF), or the image data stopped short.
+        let truncated = [SPNG_IO_EOF.rawValue, SPNG_EOF.rawValue, SPNG_EIDAT_TOO_SHORT.rawValue].contains { Int32($0) == code }
         return CodecError(truncated ? .truncated : .corrupt, "PNG \(what): \(text)")
     }
 
     /// The image's header dimensions.
     static func dimensions(_ data: UnsafeRawBufferPointer) throws(CodecError) -> (Int, Int) {
-        guard let ctx = spng_ctx_new(0) else { throw CodecError(.corrupt, "PNG: no context") }
+        guard let ctx = spng_ctx_new(0) else { throw CodecError(.libraryFailure, "PNG: libspng could not make a context") }
         defer { spng_ctx_free(ctx) }
         spng_set_png_buffer(ctx, data.baseAddress, data.count)
         var ihdr = spng_ihdr()
@@ -28,7 +30,7 @@ enum SPNG {
     /// Decodes to RGBA8 (16-bit, palette, grey and transparency converted), after checking the
     /// header against `limits`.
     static func decode(_ data: UnsafeRawBufferPointer, limits: DecodeLimits) throws(CodecError) -> RGBAImage {
-        guard let ctx = spng_ctx_new(0) else { throw CodecError(.corrupt, "PNG: no context") }
+        guard let ctx = spng_ctx_new(0) else { throw CodecError(.libraryFailure, "PNG: libspng could not make a context") }
         defer { spng_ctx_free(ctx) }
         // libspng's own bounds: image size and ancillary chunk memory.
         spng_set_image_limits(ctx, UInt32(limits.maxDimension), UInt32(limits.maxDimension))

@@ -10,11 +10,14 @@ final class TurboJPEG {
         var height: Int
         var subsampling: Int32
         var colorspace: Int32
+
+        /// CMYK or YCCK: Trove does not decode those.
+        var isCMYK: Bool { colorspace == Int32(TJCS_CMYK.rawValue) || colorspace == Int32(TJCS_YCCK.rawValue) }
     }
 
     init(compressing: Bool) throws(CodecError) {
         guard let handle = compressing ? tjInitCompress() : tjInitDecompress() else {
-            throw CodecError(.encodeFailed, "TurboJPEG could not start")
+            throw CodecError(.libraryFailure, "TurboJPEG could not start a \(compressing ? "compressor" : "decompressor")")
         }
         self.handle = handle
     }
@@ -25,8 +28,15 @@ final class TurboJPEG {
 
     private func failure(_ what: String) -> CodecError {
         let text = errorText
-        let truncated = text.contains("Premature end") || text.contains("premature end")
-        return CodecError(truncated ? .truncated : .corrupt, "JPEG \(what): \(text)")
+        return CodecError(Self.isTruncation(text) ? .truncated : .corrupt, "JPEG \(what): \(text)")
+    }
+
+    /// Whether TurboJPEG's message says the data ended early. The 2.x API reports a warning or
+    /// a fatal error (`tjGetErrorCode`), not which one: only libjpeg's message text ("Premature
+    /// end of JPEG file", JWRN_JPEG_EOF) tells truncation apart. This is the one place that
+    /// reads it; PNG (`SPNG_EOF`) and WebP (`VP8_STATUS_NOT_ENOUGH_DATA`) say it by code.
+    static func isTruncation(_ message: String) -> Bool {
+        message.lowercased().contains("premature end")
     }
 
     func header(_ data: UnsafeRawBufferPointer) throws(CodecError) -> Header {
@@ -48,6 +58,18 @@ final class TurboJPEG {
         return (0..<Int(count)).map { factors[$0] }.sorted { $0.num * $1.denom > $1.num * $0.denom }
     }()
 
+    /// The smallest DCT scale (num/denom) whose output still covers `minimum` (1/1 when none).
+    static func shrinkScale(width: Int, height: Int, minimum: (Int, Int)?) -> (num: Int, denom: Int) {
+        var best = tjscalingfactor(num: 1, denom: 1)
+        if let minimum {
+            for factor in scalingFactors where factor.num <= factor.denom {
+                let (w, h) = scaled(width, height, by: factor)
+                if w >= minimum.0 && h >= minimum.1 { best = factor } else { break }
+            }
+        }
+        return (Int(best.num), Int(best.denom))
+    }
+
     /// The size of a `width × height` image decoded at `factor`.
     static func scaled(_ width: Int, _ height: Int, by factor: tjscalingfactor) -> (Int, Int) {
         (Int(CTurboJPEG_scaled(Int32(width), factor)), Int(CTurboJPEG_scaled(Int32(height), factor)))
@@ -55,7 +77,8 @@ final class TurboJPEG {
 
     /// Decodes at `factor` into RGBA. Warnings (truncated or damaged data) are errors: a
     /// partial image is never returned.
-    func decode(_ data: UnsafeRawBufferPointer, header: Header, factor: tjscalingfactor) throws(CodecError) -> RGBAImage {
+    func decode(_ data: UnsafeRawBufferPointer, header: Header, scale: (num: Int, denom: Int)) throws(CodecError) -> RGBAImage {
+        let factor = tjscalingfactor(num: Int32(scale.num), denom: Int32(scale.denom))
         let (width, height) = Self.scaled(header.width, header.height, by: factor)
         var pixels = [UInt8](repeating: 0, count: width * height * 4)
         let base = data.baseAddress!.assumingMemoryBound(to: UInt8.self)
@@ -72,7 +95,7 @@ final class TurboJPEG {
     /// - Parameter cmyk: read the four bytes of each pixel as C, M, Y, K and write a CMYK JPEG
     ///   (for tests of the refusal of CMYK input).
     func encode(
-        _ image: RGBAImage, quality: Int, subsampling: Int32 = Int32(TJSAMP_420.rawValue), progressive: Bool = false,
+        _ image: RGBAImage, quality: Int, subsampling: JPEGSubsampling = .s420, progressive: Bool = false,
         cmyk: Bool = false
     ) throws(CodecError) -> [UInt8] {
         var out: UnsafeMutablePointer<UInt8>?
@@ -80,11 +103,23 @@ final class TurboJPEG {
         let status = image.pixels.withUnsafeBufferPointer { pixels in
             tjCompress2(
                 handle, pixels.baseAddress, Int32(image.width), Int32(image.width * 4), Int32(image.height),
-                Int32(cmyk ? TJPF_CMYK.rawValue : TJPF_RGBA.rawValue), &out, &size, subsampling, Int32(quality),
+                Int32(cmyk ? TJPF_CMYK.rawValue : TJPF_RGBA.rawValue), &out, &size, subsampling.turboValue, Int32(quality),
                 progressive ? TJFLAG_PROGRESSIVE : 0)
         }
         defer { tjFree(out) }
         guard status == 0, let out else { throw CodecError(.encodeFailed, "JPEG: \(errorText)") }
         return Array(UnsafeBufferPointer(start: out, count: Int(size)))
+    }
+}
+
+extension JPEGSubsampling {
+    /// TurboJPEG's constant for this subsampling.
+    var turboValue: Int32 {
+        switch self {
+        case .s444: Int32(TJSAMP_444.rawValue)
+        case .s422: Int32(TJSAMP_422.rawValue)
+        case .s420: Int32(TJSAMP_420.rawValue)
+        case .grey: Int32(TJSAMP_GRAY.rawValue)
+        }
     }
 }
