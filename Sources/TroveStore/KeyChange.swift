@@ -9,8 +9,10 @@ public struct KeyChange: Hashable, Sendable {
         /// It has a new value: a put, or repair, a rebuild or opening's replay restoring an
         /// entry from its record.
         case stored
-        /// It has no value any more: a removal (one key or a URL's), expiry, eviction, a
-        /// damaged record dropped, or repair.
+        /// It has no value any more: a removal (one key or a URL's), expiry or eviction by the
+        /// compactor, a damaged record dropped, or repair. (An entry that passes its expiry is
+        /// a miss from that instant, with no event until the compactor removes it: a cache in
+        /// front checks expiry itself.)
         case removed
         /// Same value, new place: the compactor (or a read that found it moved) relocated its
         /// records.

@@ -64,7 +64,9 @@ extension Store {
 
         /// Told of every key whose value changed or went away, or whose records moved, by any
         /// path: puts, removals, expiry, eviction, compaction, a damaged record dropped, repair,
-        /// and the replay or rebuild done while opening. Called synchronously, in the order
+        /// and the replay or rebuild done while opening. (Passing an expiry is not an event: the
+        /// entry is a miss from then on, and reported when the compactor removes it.) Called
+        /// synchronously, in the order
         /// the changes happen, while the store holds an internal lock: it must return quickly
         /// and must not call the store.
         public var keyChanges: (@Sendable (KeyChange) -> Void)?

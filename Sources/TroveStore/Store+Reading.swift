@@ -244,7 +244,7 @@ extension Store {
             fresh.blob.segment != found.blob.segment || fresh.blob.offset != found.blob.offset,
             case .success(let data) = readBlobOnce(fresh.blob)
         {
-            shared.withLock { $0.map.blobMoved(for: key, to: fresh) }
+            shared.withLock { $0.map.blobMoved(for: key, to: fresh.blob) }
             return data
         }
         let blob = found.blob

@@ -41,6 +41,7 @@ extension Store {
         throws(StoreError)
     {
         // Refuse what cannot be stored before spending a pass over it.
+        try Self.checkText(of: key, metadata)
         guard bytes.count <= Self.maximumValueLength else {
             throw StoreError(
                 code: .valueTooLarge,
@@ -50,6 +51,8 @@ extension Store {
         let length = UInt64(bytes.count)
         let digest = key.digest
         // The committed index's view, read without any lock held.
+        // Read before the lookup: a compaction that moves the candidate's blob after it shows.
+        let relocations = shared.withLock { $0.map.relocations }
         let (existing, candidates) = try readIndex { index in
             (try index.entry(digest: digest), try index.blobs(hash: hash, length: length))
         }
@@ -67,7 +70,11 @@ extension Store {
             expiresAt = configuration.defaultTimeToLive.map { saturatingSum(now, milliseconds($0)) }
         }
         let (sequence, queued) = try withAppender { (state) throws(StoreError) -> (UInt64, Int) in
-            if let found = equal, state.reclaiming.contains(found.segment) {
+            // A candidate in a segment being rewritten, or found before a rewrite that has
+            // finished since (its place may be gone), is not linked to: the bytes go in anew.
+            if let found = equal,
+                state.reclaiming.contains(found.segment) || shared.withLock({ $0.map.relocations }) != relocations
+            {
                 equal = nil
             }
             if equal == nil {
@@ -135,7 +142,9 @@ extension Store {
         } else {
             expiresAt = configuration.defaultTimeToLive.map { saturatingSum(now, milliseconds($0)) }
         }
+        try Self.checkText(of: key, metadata)
         let digest = key.digest
+        let relocations = shared.withLock { $0.map.relocations }
         guard let found = try locate(key, noteRead: false, includingExpired: true) else { return false }
         enum Outcome { case written(sequence: UInt64, queued: Int), gone, blobMoving }
         let outcome = try withAppender { (state) throws(StoreError) -> Outcome in
@@ -149,8 +158,10 @@ extension Store {
                     return .gone
                 }
             }
-            // A blob in a segment the compactor is judging cannot gain a link unseen by it.
+            // A blob in a segment the compactor is judging cannot gain a link unseen by it; one
+            // the compactor moved since `found` was read is looked up again.
             if state.reclaiming.contains(found.blob.segment) { return .blobMoving }
+            if shared.withLock({ $0.map.relocations }) != relocations { return .gone }
             var link = LinkRecord(
                 url: key.url, variant: key.variant, blobHash: found.blob.hash, blobLength: found.blob.length,
                 blobID: UInt64(bitPattern: found.blob.id), sequence: 0, createdAt: now, expiresAt: expiresAt,
@@ -186,6 +197,20 @@ extension Store {
         }
     }
 
+    /// Refuses a NUL character in a key's URL or variant, or in an ETag or Last-Modified: no URL
+    /// or HTTP header holds one, and SQLite's text would end there while the pack record keeps
+    /// the whole string (the entry would then never match its record again).
+    static func checkText(of key: CacheKey, _ metadata: EntryMetadata) throws(StoreError) {
+        let fields = [
+            ("URL", key.url), ("variant", key.variant), ("ETag", metadata.etag ?? ""),
+            ("Last-Modified", metadata.lastModified ?? ""),
+        ]
+        for (name, text) in fields where text.utf8.contains(0) {
+            throw StoreError(
+                code: .invalidArgument, message: "\(key): the \(name) contains a NUL character; not stored", key: key)
+        }
+    }
+
     /// Removes the entry for `key`.
     ///
     /// - Returns: whether there was one.
@@ -199,7 +224,10 @@ extension Store {
     /// - Returns: how many entries were removed.
     @discardableResult
     public func removeAll(url: String) throws(StoreError) -> Int {
-        var keys = Set(try readIndex { try $0.entries(url: url) }.map(\.entry.key))
+        // The queue first, then the index: a write the queue no longer holds has been committed
+        // before it left the queue, so the index read that follows sees it. (The other order
+        // misses a write committed between the two reads.)
+        var keys = Set<CacheKey>()
         try withAppender { (state) throws(StoreError) in
             for write in state.queue {
                 if case .link(let link) = write.record.content, link.url == url {
@@ -207,6 +235,7 @@ extension Store {
                 }
             }
         }
+        keys.formUnion(try readIndex { try $0.entries(url: url) }.map(\.entry.key))
         return try remove(keys.sorted())
     }
 

@@ -26,9 +26,16 @@ final class TurboJPEG {
 
     private var errorText: String { String(cString: tjGetErrorStr2(handle)) }
 
-    private func failure(_ what: String) -> CodecError {
+    /// The error for a failed call on `data`: truncated when the data stops before the JPEG's
+    /// end-of-image marker (FF D9) or libjpeg says it ended early; corrupt otherwise.
+    private func failure(_ what: String, _ data: UnsafeRawBufferPointer) -> CodecError {
         let text = errorText
-        return CodecError(Self.isTruncation(text) ? .truncated : .corrupt, "JPEG \(what): \(text)")
+        return CodecError(!Self.endsWithEOI(data) || Self.isTruncation(text) ? .truncated : .corrupt, "JPEG \(what): \(text)")
+    }
+
+    /// Whether `data` ends with the end-of-image marker (FF D9): a JPEG that does not was cut.
+    static func endsWithEOI(_ data: UnsafeRawBufferPointer) -> Bool {
+        data.count >= 2 && data[data.count - 2] == 0xFF && data[data.count - 1] == 0xD9
     }
 
     /// Whether TurboJPEG's message says the data ended early. The 2.x API reports a warning or
@@ -46,7 +53,11 @@ final class TurboJPEG {
         var colorspace: Int32 = 0
         let base = data.baseAddress!.assumingMemoryBound(to: UInt8.self)
         guard tjDecompressHeader3(handle, base, UInt(data.count), &width, &height, &subsampling, &colorspace) == 0 else {
-            throw failure("header")
+            throw failure("header", data)
+        }
+        // A header cut before its frame can parse as 0×0.
+        if (width <= 0 || height <= 0) && !Self.endsWithEOI(data) {
+            throw CodecError(.truncated, "JPEG header: the data ends before the frame header")
         }
         return Header(width: Int(width), height: Int(height), subsampling: subsampling, colorspace: colorspace)
     }
@@ -87,7 +98,7 @@ final class TurboJPEG {
                 handle, base, UInt(data.count), out.baseAddress, Int32(width), Int32(width * 4), Int32(height),
                 Int32(TJPF_RGBA.rawValue), TJFLAG_STOPONWARNING)
         }
-        guard status == 0 else { throw failure("data") }
+        guard status == 0 else { throw failure("data", data) }
         return RGBAImage(width: width, height: height, pixels: pixels)
     }
 

@@ -33,6 +33,10 @@ struct LocationMap {
     private var pinned: [CacheKey: Slot] = [:]
     /// Incremented by every mutation but a fill.
     private(set) var generation: UInt64 = 0
+    /// Incremented each time the compactor moves records. A writer that found a blob (to link
+    /// to) before taking the appender lock and sees this moved by then must not use the place
+    /// it found: the blob may be elsewhere, its old segment gone.
+    private(set) var relocations: UInt64 = 0
     /// Told of every key whose value changed, went away or moved.
     private let observer: (@Sendable (KeyChange) -> Void)?
 
@@ -89,15 +93,18 @@ struct LocationMap {
             touched.insert(key)
         }
         generation &+= 1
+        relocations &+= 1
         guard let observer else { return }
         for key in touched.sorted(by: Self.order) { observer(KeyChange(key: key, kind: .relocated)) }
     }
 
-    /// A read found `key`'s blob moved since its slot was filled: the slot follows it, if it
-    /// still names that blob.
-    mutating func blobMoved(for key: CacheKey, to fresh: IndexedEntry) {
-        guard case .present(let entry) = slots[key], entry.blob.id == fresh.blob.id else { return }
-        slots[key] = .present(fresh)
+    /// A read found `key`'s blob at `place` (the compactor moved it since the slot was filled):
+    /// the slot's blob follows, if it still names that blob. Only the blob's place changes —
+    /// the slot's link, sequence and metadata may be newer than the index's.
+    mutating func blobMoved(for key: CacheKey, to place: BlobRow) {
+        guard case .present(var entry) = slots[key], entry.blob.id == place.id else { return }
+        entry.blob = place
+        slots[key] = .present(entry)
         changed(key, .relocated)
     }
 
