@@ -18,22 +18,8 @@ public enum ImageDecoder {
         guard data.count <= limits.maxInputBytes else {
             throw CodecError(.tooLarge, "\(data.count) bytes is over the input limit of \(limits.maxInputBytes)")
         }
-        guard let format = ImageFormat.sniff(data) else { throw CodecError(.unknownFormat, "not JPEG, PNG or WebP") }
-        let probe = try withBytes(data) { (raw) throws(CodecError) -> Probe in
-            switch format {
-            case .jpeg:
-                let header = try TurboJPEG(compressing: false).header(raw)
-                return Probe(
-                    format: .jpeg, width: header.width, height: header.height, orientation: Orientation.fromJPEG(data),
-                    jpeg: header)
-            case .png:
-                let (w, h) = try SPNG.dimensions(raw)
-                return Probe(format: .png, width: w, height: h, orientation: .up, jpeg: nil)
-            case .webp:
-                let features = try WebP.features(raw)
-                return Probe(format: .webp, width: features.width, height: features.height, orientation: .up, jpeg: nil)
-            }
-        }
+        var probe = try header(data)
+        if probe.format == .jpeg { probe.orientation = Orientation.fromJPEG(data) }
         try limits.check(width: probe.width, height: probe.height)
         return probe
     }
@@ -126,12 +112,26 @@ public enum ImageDecoder {
     /// - Throws: ``CodecError`` — `.unknownFormat` for bytes that are not JPEG, PNG or WebP,
     ///   `.corrupt` or `.truncated` for a header that cannot be read.
     public static func dimensions(_ data: [UInt8]) throws(CodecError) -> (width: Int, height: Int) {
-        var unlimited = DecodeLimits()
-        unlimited.maxInputBytes = .max
-        unlimited.maxDimension = .max
-        unlimited.maxPixels = .max
-        let probe = try probe(data, limits: unlimited)
+        let probe = try header(data)
         return (probe.width, probe.height)
+    }
+
+    /// The format and what its header says (orientation left `.up`): no limits, no EXIF.
+    static func header(_ data: [UInt8]) throws(CodecError) -> Probe {
+        guard let format = ImageFormat.sniff(data) else { throw CodecError(.unknownFormat, "not JPEG, PNG or WebP") }
+        return try withBytes(data) { (raw) throws(CodecError) -> Probe in
+            switch format {
+            case .jpeg:
+                let header = try TurboJPEG(compressing: false).header(raw)
+                return Probe(format: .jpeg, width: header.width, height: header.height, orientation: .up, jpeg: header)
+            case .png:
+                let (w, h) = try SPNG.dimensions(raw)
+                return Probe(format: .png, width: w, height: h, orientation: .up, jpeg: nil)
+            case .webp:
+                let features = try WebP.features(raw)
+                return Probe(format: .webp, width: features.width, height: features.height, orientation: .up, jpeg: nil)
+            }
+        }
     }
 
     /// The centre `width × height` of `image`.

@@ -309,7 +309,6 @@ struct FsckRun {
         // 5. Repair: the index becomes what the packs say.
         var changes: [KeyChange] = []
         try index.writing {
-            changes = []
             for row in strayRows { try index.deleteEntryRow(digest: row.keyDigest) }
             for (id, blob) in blobRowsToSet.sorted(by: { $0.key < $1.key }) {
                 try index.setBlob(

@@ -63,12 +63,7 @@ extension Store {
         }
         var equal = candidates.first { holds($0, bytes) }
         let now = configuration.clock()
-        let expiresAt: Int64?
-        if let date = metadata.expiresAt {
-            expiresAt = try milliseconds(date)
-        } else {
-            expiresAt = configuration.defaultTimeToLive.map { saturatingSum(now, milliseconds($0)) }
-        }
+        let expiresAt = try expiry(of: metadata, now: now)
         let (sequence, queued) = try withAppender { (state) throws(StoreError) -> (UInt64, Int) in
             // A candidate in a segment being rewritten, or found before a rewrite that has
             // finished since (its place may be gone), is not linked to: the bytes go in anew.
@@ -136,12 +131,7 @@ extension Store {
     @discardableResult
     public func updateMetadata(_ metadata: EntryMetadata, for key: CacheKey) throws(StoreError) -> Bool {
         let now = configuration.clock()
-        let expiresAt: Int64?
-        if let date = metadata.expiresAt {
-            expiresAt = try milliseconds(date)
-        } else {
-            expiresAt = configuration.defaultTimeToLive.map { saturatingSum(now, milliseconds($0)) }
-        }
+        let expiresAt = try expiry(of: metadata, now: now)
         try Self.checkText(of: key, metadata)
         let digest = key.digest
         let relocations = shared.withLock { $0.map.relocations }
@@ -195,6 +185,13 @@ extension Store {
             try put(try readBlob(of: current, key: key), for: key, metadata: metadata)
             return true
         }
+    }
+
+    /// The expiry a write made at `now` with `metadata` gets: the metadata's, else the default
+    /// time to live from now, else none.
+    private func expiry(of metadata: EntryMetadata, now: Int64) throws(StoreError) -> Int64? {
+        if let date = metadata.expiresAt { return try milliseconds(date) }
+        return configuration.defaultTimeToLive.map { saturatingSum(now, milliseconds($0)) }
     }
 
     /// Refuses a NUL character in a key's URL or variant, or in an ETag or Last-Modified: no URL

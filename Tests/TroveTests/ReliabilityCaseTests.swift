@@ -646,12 +646,7 @@ import TroveTestSupport
             let first = try store.compact()
             #expect(first.segmentsSkipped == 1, "\(edit): \(first)")
             #expect(try files.segmentIDs().contains(1), "\(edit): k1's segment was deleted")
-            let report = try store.fsck(repair: true)
-            #expect(report.entriesLost == 0, "\(edit): \(report.findings)")
-            #expect(try store.fsck().isClean, "\(edit)")
-            try expectAllServed(store, edit)
-            _ = try store.compact()
-            try expectAllServed(store, edit + ", compacted after repair")
+            try expectRepairLosesNothing(store, edit)
         }
     }
 
@@ -735,13 +730,19 @@ import TroveTestSupport
             #expect(pass.segmentsSkipped == 1, "\(damage): \(pass)")
             #expect((try? store.data(for: keys[0])) != older, "\(damage): the older value is served")
             #expect(try files.segmentIDs().contains(1), "\(damage): the segment was deleted")
-            let report = try store.fsck(repair: true)
-            #expect(report.entriesLost == 0, "\(damage): \(report.findings)")
-            #expect(try store.fsck().isClean, "\(damage)")
-            try expectAllServed(store, damage)
-            _ = try store.compact()
-            try expectAllServed(store, damage + ", compacted after repair")
+            try expectRepairLosesNothing(store, damage)
         }
+    }
+
+    /// `fsck --repair` loses no entry and leaves a clean store that serves every key, before
+    /// and after another compaction.
+    func expectRepairLosesNothing(_ store: Store, _ context: String) throws {
+        let report = try store.fsck(repair: true)
+        #expect(report.entriesLost == 0, "\(context): \(report.findings)")
+        #expect(try store.fsck().isClean, "\(context)")
+        try expectAllServed(store, context)
+        _ = try store.compact()
+        try expectAllServed(store, context + ", compacted after repair")
     }
 
     /// Closing keeps the WAL files, so the next open needs no space to create them.

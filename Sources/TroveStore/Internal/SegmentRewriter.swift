@@ -280,7 +280,6 @@ struct SegmentRewriter {
         let observed = configuration.keyChanges != nil
         do {
             try index.writing {
-                moves = ([:], [])
                 for copy in copies {
                     switch copy.kind {
                     case .blob(let blobID):
