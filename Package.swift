@@ -15,8 +15,16 @@ let package = Package(
         .executable(name: "trove", targets: ["trove"]),
     ],
     dependencies: [
-        // The only package dependency: the CLI's argument parsing (about 11 s of build on 2 cores).
-        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2")
+        // The CLI's argument parsing (about 11 s of build on 2 cores).
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        // TroveHTTP's client: HTTP/1.1 and 2, TLS, streaming bodies, connection pooling. The
+        // largest build cost (several minutes on 2 cores); TroveStore does not link it.
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        // The loopback origin of the tests and of the README's demo (already in the graph
+        // through AsyncHTTPClient; named here because Trove uses its products directly).
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        // The pipeline's counters, for whatever metrics backend the application bootstraps.
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
     ],
     targets: [
         // C libraries, each imported by exactly one Swift module.
@@ -41,18 +49,46 @@ let package = Package(
         .target(name: "TroveIndex", dependencies: ["TroveCore", "CSQLite"]),
         // The engine: Store composes the pack layer and the index. Links SQLite and xxHash only.
         .target(name: "TroveStore", dependencies: ["TroveCore", "TrovePack", "TroveIndex"]),
-        // Images on the engine: ImageCache (and, later, the memory tier and the HTTP pipeline).
-        // Re-exports TroveStore.
-        .target(name: "Trove", dependencies: ["TroveStore", "TroveCore", "TroveCodec"]),
+        // Origin fetching: conditional requests, Cache-Control freshness, limits, typed errors.
+        // Knows nothing of storage.
+        .target(
+            name: "TroveHTTP",
+            dependencies: [
+                "TroveCore", .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]),
+        // Images on the engine: MemoryCache (front tier), ImageCache (variants), ImagePipeline
+        // (memory → disk → origin). Re-exports TroveStore.
+        .target(
+            name: "Trove",
+            dependencies: [
+                "TroveStore", "TroveCore", "TroveCodec", "TroveHTTP", .product(name: "Metrics", package: "swift-metrics"),
+            ]),
+        // A small HTTP/1.1 origin on loopback (SwiftNIO): serves files or generated bodies with
+        // validators, and can misbehave on request. The tests' origin and `trove origin` (the
+        // README's offline demo).
+        .target(
+            name: "TroveOrigin",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]),
         // Benchmark engines (Trove, one file per entry, SQLite as a blob store) and workloads,
         // shared by `trove bench` and the Benchmarks/ package. It talks to SQLite directly, not
         // through TroveIndex: the baseline is what a user would write.
-        .target(name: "TroveBench", dependencies: ["TroveStore", "TroveCore", "TroveCodec", "CSQLite"]),
+        // The memory-tier and pipeline rows use Trove, the loopback origin and bare AsyncHTTPClient.
+        .target(
+            name: "TroveBench",
+            dependencies: [
+                "Trove", "TroveStore", "TroveCore", "TroveCodec", "TroveHTTP", "TroveOrigin", "CSQLite",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            ]),
         // The command-line tool.
         .executableTarget(
             name: "trove",
             dependencies: [
-                "Trove", "TroveBench", "TroveCodec", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "Trove", "TroveBench", "TroveCodec", "TroveOrigin",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
 
         // Tests.
@@ -75,6 +111,14 @@ let package = Package(
                 "CrashWriter",
             ],
             exclude: ["Fixtures"]),
+        .testTarget(
+            name: "TroveHTTPTests", dependencies: ["TroveHTTP", "TroveCore", "TroveOrigin", "TroveTestSupport"]),
+        .testTarget(
+            name: "TrovePipelineTests",
+            dependencies: [
+                "Trove", "TroveHTTP", "TroveOrigin", "TroveCodec", "TroveTestSupport", "TroveStoreTestSupport",
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
+            ]),
         .testTarget(name: "TroveBenchTests", dependencies: ["TroveBench", "TroveTestSupport"]),
         .testTarget(name: "TroveCLITests", dependencies: ["Trove", "TroveCodec", "TroveTestSupport", "trove"]),
     ]

@@ -1,3 +1,5 @@
+public import TroveCore
+
 /// An image decoded from JPEG, PNG or WebP, as small as was asked (shrink-on-load).
 public struct DecodedImage: Sendable {
     /// The pixels, as stored (not yet oriented).

@@ -1,3 +1,5 @@
+public import TroveCore
+
 /// A finished variant.
 public struct Thumbnail: Sendable {
     /// The WebP bytes.

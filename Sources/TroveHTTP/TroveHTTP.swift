@@ -1,0 +1,1 @@
+// TroveHTTP: origin fetching (being built).

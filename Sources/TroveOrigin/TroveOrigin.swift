@@ -1,0 +1,1 @@
+// TroveOrigin: a loopback origin (being built).
