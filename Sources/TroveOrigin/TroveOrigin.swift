@@ -1,1 +1,0 @@
-// TroveOrigin: a loopback origin (being built).
