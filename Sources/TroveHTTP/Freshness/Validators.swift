@@ -1,0 +1,71 @@
+// Validators: ETag and Last-Modified, and which stored response a 304 identifies
+// (RFC 9111 §4.3.4). See Docs/Freshness.md.
+
+public import Foundation
+
+/// The validators of a stored response (RFC 9110 §8.8): what a conditional request sends back
+/// (`If-None-Match`, `If-Modified-Since`) and what a 304 is matched against.
+///
+/// Both are kept verbatim (quotes and `W/` included), as the origin sent them.
+public struct Validators: Hashable, Sendable {
+    /// The `ETag` field value (RFC 9110 §8.8.3), for `If-None-Match`.
+    public var entityTag: String?
+    /// The `Last-Modified` field value (RFC 9110 §8.8.2), for `If-Modified-Since`.
+    public var lastModified: String?
+
+    /// Makes validators; both default to none.
+    public init(entityTag: String? = nil, lastModified: String? = nil) {
+        self.entityTag = entityTag
+        self.lastModified = lastModified
+    }
+
+    /// Whether there is neither an entity tag nor a modification date.
+    public var isEmpty: Bool { entityTag == nil && lastModified == nil }
+
+    /// Whether a 304 response carrying `notModified` validators identifies the stored response
+    /// that has these validators (RFC 9111 §4.3.4), so that it may freshen it.
+    ///
+    /// - A strong entity tag in the 304 identifies only a stored response with the same strong
+    ///   tag (strong comparison, RFC 9110 §8.8.3.2).
+    /// - Otherwise every weak validator the 304 carries must correspond: its weak entity tag
+    ///   (weak comparison) and its `Last-Modified` (the same instant, or the same text when
+    ///   either does not parse).
+    /// - A 304 with no validator at all identifies the stored response. §4.3.4 grants that only
+    ///   when the stored response has none either; Trove grants it also when it has some,
+    ///   because Trove holds one response per key and the 304 answers the conditional request
+    ///   it made from exactly these validators (RFC 9110 §15.4.5 obliges the server to repeat
+    ///   an `ETag` it would have sent, so only a nonconforming server omits it).
+    ///
+    /// - Parameters:
+    ///   - notModified: The validators of the 304 response.
+    ///   - now: The time the 304 was received (for reading an obsolete two-digit year).
+    public func areIdentified(byNotModified notModified: Validators, now: Date) -> Bool {
+        if let tag = notModified.entityTag, !Self.isWeak(tag) {
+            guard let stored = entityTag, !Self.isWeak(stored) else { return false }
+            return stored == tag
+        }
+        if let tag = notModified.entityTag {
+            guard let stored = entityTag, Self.opaqueTag(stored) == Self.opaqueTag(tag) else { return false }
+        }
+        if let date = notModified.lastModified {
+            guard let stored = lastModified else { return false }
+            if let new = HTTPDate(date, now: now), let old = HTTPDate(stored, now: now) {
+                guard new == old else { return false }
+            } else {
+                guard stored == date else { return false }
+            }
+        }
+        return true
+    }
+
+    /// These validators with those a 304 carries put in their place (RFC 9111 §3.2: each field
+    /// of the 304 replaces the stored field of that name).
+    public func updated(byNotModified notModified: Validators) -> Validators {
+        Validators(
+            entityTag: notModified.entityTag ?? entityTag, lastModified: notModified.lastModified ?? lastModified)
+    }
+
+    private static func isWeak(_ tag: String) -> Bool { tag.hasPrefix("W/") }
+
+    private static func opaqueTag(_ tag: String) -> Substring { isWeak(tag) ? tag.dropFirst(2) : tag[...] }
+}
