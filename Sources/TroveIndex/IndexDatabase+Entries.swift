@@ -7,7 +7,7 @@ extension IndexDatabase {
     /// The entries columns that ``entryRow(_:)`` reads, in its order.
     static let entryColumnNames = [
         "key_hash", "url", "variant", "blob", "link_segment", "link_offset", "link_length", "sequence", "etag",
-        "last_modified", "expires_at", "created_at", "accessed_at", "cost",
+        "last_modified", "expires_at", "created_at", "accessed_at", "cost", "cache_policy",
     ]
     static let entryColumns = entryColumnNames.map { "e." + $0 }.joined(separator: ", ")
     /// The same columns unqualified, for `RETURNING` (which takes no table names).
@@ -20,7 +20,8 @@ extension IndexDatabase {
             blobID: r.int64(3), linkSegment: UInt32(truncatingIfNeeded: r.int64(4)),
             linkOffset: r.position(5), linkLength: r.position(6),
             sequence: r.sequence(7), etag: r.optionalText(8), lastModified: r.optionalText(9),
-            expiresAt: r.optionalInt64(10), createdAt: r.int64(11), accessedAt: r.int64(12), cost: Int64(r.position(13)))
+            expiresAt: r.optionalInt64(10), createdAt: r.int64(11), accessedAt: r.int64(12), cost: Int64(r.position(13)),
+            cachePolicy: r.optionalText(14))
     }
 
     static func blobRow(_ r: SQLiteRow, from c: Int32) -> BlobRow {
@@ -37,7 +38,7 @@ extension IndexDatabase {
     public func entry(digest: ContentHash) throws(IndexError) -> IndexedEntry? {
         try connection.statement(
             "SELECT \(Self.entryColumns), \(Self.blobColumns) FROM entries e JOIN blobs b ON b.id = e.blob WHERE e.key_hash = ?"
-        ).first([.blob(digest.bytes)]) { IndexedEntry(entry: Self.entryRow($0), blob: Self.blobRow($0, from: 14)) }
+        ).first([.blob(digest.bytes)]) { IndexedEntry(entry: Self.entryRow($0), blob: Self.blobRow($0, from: 15)) }
     }
 
     /// Every entry of `url` (all its variants), with their blobs, ordered by variant.
@@ -47,7 +48,7 @@ extension IndexDatabase {
             "SELECT \(Self.entryColumns), \(Self.blobColumns) FROM entries e JOIN blobs b ON b.id = e.blob "
                 + "WHERE e.url_hash = ? AND e.url = ? ORDER BY e.variant"
         ).query([.integer(CacheKey.urlDigest(url)), .text(url)]) { (r) throws(IndexError) in
-            out.append(IndexedEntry(entry: Self.entryRow(r), blob: Self.blobRow(r, from: 14)))
+            out.append(IndexedEntry(entry: Self.entryRow(r), blob: Self.blobRow(r, from: 15)))
             return true
         }
         return out
@@ -58,7 +59,7 @@ extension IndexDatabase {
         try connection.statement(
             "SELECT \(Self.entryColumns), \(Self.blobColumns) FROM entries e JOIN blobs b ON b.id = e.blob "
                 + "ORDER BY e.url, e.variant"
-        ).query { (r) throws(IndexError) in body(IndexedEntry(entry: Self.entryRow(r), blob: Self.blobRow(r, from: 14))) }
+        ).query { (r) throws(IndexError) in body(IndexedEntry(entry: Self.entryRow(r), blob: Self.blobRow(r, from: 15))) }
     }
 
     /// Links `row.keyDigest` to `row.blobID`, replacing any entry for the same digest.
@@ -75,15 +76,15 @@ extension IndexDatabase {
         try connection.statement(
             """
             INSERT INTO entries(key_hash, url, variant, url_hash, blob, link_segment, link_offset, link_length,
-                sequence, etag, last_modified, expires_at, created_at, accessed_at, cost)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                sequence, etag, last_modified, expires_at, created_at, accessed_at, cost, cache_policy)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """
         ).run([
             .blob(row.keyDigest.bytes), .text(row.url), .text(row.variant), .integer(CacheKey.urlDigest(row.url)),
             .integer(row.blobID), .integer(Int64(row.linkSegment)), .integer(Int64(row.linkOffset)),
             .integer(Int64(row.linkLength)), .integer(Int64(bitPattern: row.sequence)), .optional(row.etag),
             .optional(row.lastModified), .optional(row.expiresAt), .integer(row.createdAt),
-            .integer(row.accessedAt), .integer(row.cost),
+            .integer(row.accessedAt), .integer(row.cost), .optional(row.cachePolicy),
         ])
         try addLiveBytes(Int64(row.linkLength), segment: row.linkSegment)
         return replaced

@@ -24,6 +24,8 @@ public struct EntryRow: Hashable, Sendable {
     public var etag: String?
     /// The origin's Last-Modified.
     public var lastModified: String?
+    /// A cache layer's policy text.
+    public var cachePolicy: String?
     /// When the entry expires; nil for never.
     public var expiresAt: Int64?
     /// When the entry was created.
@@ -37,7 +39,7 @@ public struct EntryRow: Hashable, Sendable {
     public init(
         keyDigest: ContentHash, url: String, variant: String, blobID: Int64, linkSegment: UInt32,
         linkOffset: UInt64, linkLength: UInt64, sequence: UInt64, etag: String?, lastModified: String?,
-        expiresAt: Int64?, createdAt: Int64, accessedAt: Int64, cost: Int64
+        expiresAt: Int64?, createdAt: Int64, accessedAt: Int64, cost: Int64, cachePolicy: String? = nil
     ) {
         self.keyDigest = keyDigest
         self.url = url
@@ -49,6 +51,7 @@ public struct EntryRow: Hashable, Sendable {
         self.sequence = sequence
         self.etag = etag
         self.lastModified = lastModified
+        self.cachePolicy = cachePolicy
         self.expiresAt = expiresAt
         self.createdAt = createdAt
         self.accessedAt = accessedAt

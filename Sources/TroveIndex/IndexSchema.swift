@@ -71,5 +71,10 @@ enum IndexSchema {
         """
         CREATE INDEX entries_by_blob ON entries(blob);
         """,
+        // Version 4: a cache layer's policy text per entry (the pipeline's HTTP freshness),
+        // kept with the entry like its validators. Builds before it refuse this index.
+        """
+        ALTER TABLE entries ADD COLUMN cache_policy TEXT;
+        """,
     ]
 }

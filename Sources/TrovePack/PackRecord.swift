@@ -24,12 +24,14 @@ public struct LinkRecord: Hashable, Sendable {
     public var etag: String?
     /// The origin's Last-Modified, verbatim.
     public var lastModified: String?
+    /// A cache layer's policy text, verbatim (link flag 8; Docs/PackFormat.md).
+    public var cachePolicy: String?
 
     /// Makes a link record.
     public init(
         url: String, variant: String, blobHash: ContentHash, blobLength: UInt64, blobID: UInt64,
         sequence: UInt64, createdAt: Int64, expiresAt: Int64? = nil,
-        etag: String? = nil, lastModified: String? = nil
+        etag: String? = nil, lastModified: String? = nil, cachePolicy: String? = nil
     ) {
         self.url = url
         self.variant = variant
@@ -41,6 +43,7 @@ public struct LinkRecord: Hashable, Sendable {
         self.expiresAt = expiresAt
         self.etag = etag
         self.lastModified = lastModified
+        self.cachePolicy = cachePolicy
     }
 
     /// The key this link is for.
@@ -130,6 +133,9 @@ public enum RecordCodec {
         if link.expiresAt != nil { flags |= 1 }
         if link.etag != nil { flags |= 2 }
         if link.lastModified != nil { flags |= 4 }
+        // Flag 8 and its trailing string are written only when there is a policy, so a link
+        // without one is byte for byte what builds before the field wrote.
+        if link.cachePolicy != nil && version >= 2 { flags |= 8 }
         if version == 1 {
             w.append(contentsOf: link.blobHash.bytes)
             w.append(link.blobLength)
@@ -150,6 +156,7 @@ public enum RecordCodec {
         w.appendString(link.variant)
         w.appendString(link.etag ?? "")
         w.appendString(link.lastModified ?? "")
+        if flags & 8 != 0 { w.appendString(link.cachePolicy ?? "") }
         return w.bytes
     }
 
@@ -182,14 +189,21 @@ public enum RecordCodec {
             else { return nil }
             (hash, length, flags, blobID, sequence) = (h, l, f, id, s)
         }
-        guard flags & ~7 == 0, let created = r.readInt64(), let expires = r.readInt64(),
+        let known: UInt32 = version == 1 ? 7 : 15
+        guard flags & ~known == 0, let created = r.readInt64(), let expires = r.readInt64(),
             let url = r.readString(), let variant = r.readString(),
-            let etag = r.readString(), let lastModified = r.readString(), r.remaining == 0
+            let etag = r.readString(), let lastModified = r.readString()
         else { return nil }
+        var cachePolicy: String?
+        if flags & 8 != 0 {
+            guard let policy = r.readString() else { return nil }
+            cachePolicy = policy
+        }
+        guard r.remaining == 0 else { return nil }
         return LinkRecord(
             url: url, variant: variant, blobHash: hash, blobLength: length, blobID: blobID, sequence: sequence,
             createdAt: created, expiresAt: flags & 1 != 0 ? expires : nil,
-            etag: flags & 2 != 0 ? etag : nil, lastModified: flags & 4 != 0 ? lastModified : nil)
+            etag: flags & 2 != 0 ? etag : nil, lastModified: flags & 4 != 0 ? lastModified : nil, cachePolicy: cachePolicy)
     }
 
     /// Decodes a verified tombstone body.

@@ -7,14 +7,26 @@ public struct EntryMetadata: Hashable, Sendable {
     public var etag: String?
     /// The origin's `Last-Modified`, verbatim, for `If-Modified-Since`.
     public var lastModified: String?
-    /// When the entry stops being fresh; nil for no expiry.
+    /// The store's hard expiry: from this instant the entry is a miss, and the compactor
+    /// removes it. nil for none (it stays until evicted or removed).
+    ///
+    /// It is not HTTP freshness: an entry that must be revalidated is still stored, and a
+    /// cache layer keeps its freshness rules in ``cachePolicy``.
     public var expiresAt: Date?
+    /// A cache layer's policy, kept verbatim with the entry and never interpreted by the store
+    /// (Trove's pipeline keeps its HTTP freshness and directives here). At most
+    /// ``maximumCachePolicyLength`` bytes of UTF-8, no NUL.
+    public var cachePolicy: String?
+
+    /// The longest ``cachePolicy``, in UTF-8 bytes.
+    public static let maximumCachePolicyLength = 512
 
     /// Makes metadata.
-    public init(etag: String? = nil, lastModified: String? = nil, expiresAt: Date? = nil) {
+    public init(etag: String? = nil, lastModified: String? = nil, expiresAt: Date? = nil, cachePolicy: String? = nil) {
         self.etag = etag
         self.lastModified = lastModified
         self.expiresAt = expiresAt
+        self.cachePolicy = cachePolicy
     }
 }
 
@@ -38,8 +50,10 @@ public struct EntryInfo: Hashable, Sendable {
     public var etag: String? { metadata.etag }
     /// The origin's Last-Modified.
     public var lastModified: String? { metadata.lastModified }
-    /// When the entry stops being fresh.
+    /// The store's hard expiry (see ``EntryMetadata/expiresAt``).
     public var expiresAt: Date? { metadata.expiresAt }
+    /// The cache layer's policy text.
+    public var cachePolicy: String? { metadata.cachePolicy }
 }
 
 /// An entry read from a store: its bytes and what the store knows about them.

@@ -289,7 +289,8 @@ extension Store {
         return EntryInfo(
             key: row.key,
             metadata: EntryMetadata(
-                etag: row.etag, lastModified: row.lastModified, expiresAt: row.expiresAt.map { date(milliseconds: $0) }),
+                etag: row.etag, lastModified: row.lastModified, expiresAt: row.expiresAt.map { date(milliseconds: $0) },
+                cachePolicy: row.cachePolicy),
             createdAt: date(milliseconds: row.createdAt),
             accessedAt: date(milliseconds: row.accessedAt),
             cost: Int(row.cost), contentHash: indexed.blob.hash)
@@ -308,7 +309,7 @@ extension IndexedEntry {
         LinkRecord(
             url: entry.url, variant: entry.variant, blobHash: blob.hash, blobLength: blob.length,
             blobID: UInt64(bitPattern: entry.blobID), sequence: entry.sequence, createdAt: entry.createdAt,
-            expiresAt: entry.expiresAt, etag: entry.etag, lastModified: entry.lastModified)
+            expiresAt: entry.expiresAt, etag: entry.etag, lastModified: entry.lastModified, cachePolicy: entry.cachePolicy)
     }
 
     /// Whether the entry's expiry is at or before `now` (ms).

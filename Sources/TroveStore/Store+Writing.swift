@@ -78,7 +78,7 @@ extension Store {
             var link = LinkRecord(
                 url: key.url, variant: key.variant, blobHash: hash, blobLength: length, blobID: 0, sequence: 0,
                 createdAt: now, expiresAt: expiresAt, etag: metadata.etag,
-                lastModified: metadata.lastModified)
+                lastModified: metadata.lastModified, cachePolicy: metadata.cachePolicy)
             let linkLength = PackWriter.linkRecordLength(link)
             let blobLength = PackWriter.blobRecordLength(payloadLength: bytes.count)
             if state.pack.needsRotation(forAppending: (equal == nil ? blobLength : 0) + linkLength) {
@@ -107,7 +107,7 @@ extension Store {
                 keyDigest: digest, url: key.url, variant: key.variant, blobID: blob.id, linkSegment: state.pack.segment.id,
                 linkOffset: linkOffset, linkLength: linkLength, sequence: link.sequence, etag: metadata.etag,
                 lastModified: metadata.lastModified, expiresAt: link.expiresAt, createdAt: now, accessedAt: now,
-                cost: Int64(length))
+                cost: Int64(length), cachePolicy: metadata.cachePolicy)
             shared.withLock { $0.map.stored(IndexedEntry(entry: row, blob: blob), for: key) }
             return (link.sequence, state.queue.count)
         }
@@ -155,7 +155,7 @@ extension Store {
             var link = LinkRecord(
                 url: key.url, variant: key.variant, blobHash: found.blob.hash, blobLength: found.blob.length,
                 blobID: UInt64(bitPattern: found.blob.id), sequence: 0, createdAt: now, expiresAt: expiresAt,
-                etag: metadata.etag, lastModified: metadata.lastModified)
+                etag: metadata.etag, lastModified: metadata.lastModified, cachePolicy: metadata.cachePolicy)
             let linkLength = PackWriter.linkRecordLength(link)
             if state.pack.needsRotation(forAppending: linkLength) {
                 try state.rotate(packs: packsDirectory, createdAt: now)
@@ -168,7 +168,7 @@ extension Store {
                 keyDigest: digest, url: key.url, variant: key.variant, blobID: found.blob.id,
                 linkSegment: state.pack.segment.id, linkOffset: linkOffset, linkLength: linkLength, sequence: link.sequence,
                 etag: metadata.etag, lastModified: metadata.lastModified, expiresAt: link.expiresAt, createdAt: now,
-                accessedAt: found.entry.accessedAt, cost: found.entry.cost)
+                accessedAt: found.entry.accessedAt, cost: found.entry.cost, cachePolicy: metadata.cachePolicy)
             shared.withLock { $0.map.stored(IndexedEntry(entry: row, blob: found.blob), for: key) }
             return .written(sequence: link.sequence, queued: state.queue.count)
         }
@@ -194,13 +194,20 @@ extension Store {
         return configuration.defaultTimeToLive.map { saturatingSum(now, milliseconds($0)) }
     }
 
-    /// Refuses a NUL character in a key's URL or variant, or in an ETag or Last-Modified: no URL
-    /// or HTTP header holds one, and SQLite's text would end there while the pack record keeps
-    /// the whole string (the entry would then never match its record again).
+    /// Refuses a NUL character in a key's URL or variant, or in an ETag, Last-Modified or cache
+    /// policy: no URL or HTTP header holds one, and SQLite's text would end there while the pack
+    /// record keeps the whole string (the entry would then never match its record again). Refuses
+    /// a cache policy longer than ``EntryMetadata/maximumCachePolicyLength``.
     static func checkText(of key: CacheKey, _ metadata: EntryMetadata) throws(StoreError) {
+        if let policy = metadata.cachePolicy, policy.utf8.count > EntryMetadata.maximumCachePolicyLength {
+            throw StoreError(
+                code: .invalidArgument,
+                message: "\(key): the cache policy is \(policy.utf8.count) bytes, over the limit of "
+                    + "\(EntryMetadata.maximumCachePolicyLength); not stored", key: key)
+        }
         let fields = [
             ("URL", key.url), ("variant", key.variant), ("ETag", metadata.etag ?? ""),
-            ("Last-Modified", metadata.lastModified ?? ""),
+            ("Last-Modified", metadata.lastModified ?? ""), ("cache policy", metadata.cachePolicy ?? ""),
         ]
         for (name, text) in fields where text.utf8.contains(0) {
             throw StoreError(

@@ -33,6 +33,29 @@ import TroveTestSupport
         #expect(RecordCodec.linkBody(link).withUnsafeBytes { RecordCodec.link($0) }?.etag == "")
     }
 
+    /// A cache policy is flag 8 and a fifth string; without one, the body is exactly what
+    /// builds before the field wrote (so they still read it).
+    @Test func linkWithACachePolicy() {
+        var link = Self.link
+        link.cachePolicy = "v1;f=1700000000000"
+        let body = RecordCodec.linkBody(link)
+        #expect(body.count == RecordCodec.linkBody(Self.link).count + 4 + link.cachePolicy!.utf8.count)
+        #expect(body.withUnsafeBytes { RecordCodec.link($0) } == link)
+        #expect(body[32] & 8 != 0)
+        #expect(RecordCodec.linkBody(Self.link)[32] & 8 == 0, "no policy, no flag")
+        // The flag without its string, or the string without the flag, is malformed.
+        var flagOnly = RecordCodec.linkBody(Self.link)
+        flagOnly[32] |= 8
+        #expect(flagOnly.withUnsafeBytes { RecordCodec.link($0) } == nil)
+        var stringOnly = body
+        stringOnly[32] &= ~8
+        #expect(stringOnly.withUnsafeBytes { RecordCodec.link($0) } == nil)
+        // Version 1 never had the field.
+        var v1 = RecordCodec.linkBody(Self.link, version: 1)
+        v1[24] |= 8  // the version-1 flags word is bytes 24–27
+        #expect(v1.withUnsafeBytes { RecordCodec.link($0, version: 1) } == nil)
+    }
+
     @Test func tombstoneRoundTrip() {
         let tombstone = TombstoneRecord(url: "u", variant: "", sequence: 7, removedAt: 123)
         #expect(RecordCodec.tombstoneBody(tombstone).withUnsafeBytes { RecordCodec.tombstone($0) } == tombstone)

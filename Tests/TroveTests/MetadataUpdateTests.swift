@@ -54,7 +54,7 @@ import TroveTestSupport
     @Test func anUpdateLastsThroughReopenCompactionAndRebuild() async throws {
         try await withTemporaryDirectory { dir in
             let counter = HashCounter()
-            let metadata = EntryMetadata(etag: "\"v2\"")
+            let metadata = EntryMetadata(etag: "\"v2\"", cachePolicy: "v1;f=1700000000000;nc")
             do {
                 let store = try open(dir, counter)
                 try store.put(value(1), for: key(1), metadata: EntryMetadata(etag: "\"v1\""))
@@ -96,6 +96,24 @@ import TroveTestSupport
             store.appender.withLock { _ = $0.reclaiming.remove(segment) }
             #expect(try store.info(for: key(1))?.etag == "\"v2\"")
             #expect(try store.data(for: key(1)) == value(1))
+        }
+    }
+
+    /// The cache policy is bounded and, like every text field, holds no NUL.
+    @Test func aCachePolicyIsCheckedBeforeAnythingIsWritten() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try open(dir, HashCounter())
+            let longest = String(repeating: "p", count: EntryMetadata.maximumCachePolicyLength)
+            try store.put(value(1), for: key(1), metadata: EntryMetadata(cachePolicy: longest))
+            #expect(try store.info(for: key(1))?.cachePolicy == longest)
+            for bad in [longest + "p", "a\u{0}b"] {
+                #expect(throws: StoreError.self) {
+                    try store.put(value(2), for: key(2), metadata: EntryMetadata(cachePolicy: bad))
+                }
+                #expect(throws: StoreError.self) { try store.updateMetadata(EntryMetadata(cachePolicy: bad), for: key(1)) }
+            }
+            #expect(try store.info(for: key(2)) == nil)
+            #expect(try store.info(for: key(1))?.cachePolicy == longest)
         }
     }
 

@@ -120,6 +120,7 @@ struct IndexApplier {
             keyDigest: digest, url: link.url, variant: link.variant, blobID: Int64(bitPattern: link.blobID),
             linkSegment: location.segment, linkOffset: location.offset, linkLength: location.length,
             sequence: link.sequence, etag: link.etag, lastModified: link.lastModified, expiresAt: link.expiresAt,
-            createdAt: link.createdAt, accessedAt: accessedAt, cost: Int64(bitPattern: link.blobLength))
+            createdAt: link.createdAt, accessedAt: accessedAt, cost: Int64(bitPattern: link.blobLength),
+            cachePolicy: link.cachePolicy)
     }
 }

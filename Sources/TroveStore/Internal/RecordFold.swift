@@ -182,7 +182,7 @@ struct RecordFold: Sendable {
         let link = LinkRecord(
             url: row.url, variant: row.variant, blobHash: indexed.blob.hash, blobLength: indexed.blob.length,
             blobID: blobID, sequence: row.sequence, createdAt: row.createdAt, expiresAt: row.expiresAt, etag: row.etag,
-            lastModified: row.lastModified)
+            lastModified: row.lastModified, cachePolicy: row.cachePolicy)
         let location = RecordLocation(segment: row.linkSegment, offset: row.linkOffset, length: row.linkLength)
         keep(KeyRecord(sequence: row.sequence, location: location, content: .link(link)), digest: row.keyDigest)
         if blobs[blobID] == nil {
