@@ -54,6 +54,16 @@ public struct EntryInfo: Hashable, Sendable {
     public var expiresAt: Date? { metadata.expiresAt }
     /// The cache layer's policy text.
     public var cachePolicy: String? { metadata.cachePolicy }
+
+    /// Makes the description of an entry (stores make them; a cache in front of one may too).
+    public init(key: CacheKey, metadata: EntryMetadata, createdAt: Date, accessedAt: Date, cost: Int, contentHash: ContentHash) {
+        self.key = key
+        self.metadata = metadata
+        self.createdAt = createdAt
+        self.accessedAt = accessedAt
+        self.cost = cost
+        self.contentHash = contentHash
+    }
 }
 
 /// An entry read from a store: its bytes and what the store knows about them.
@@ -69,14 +79,22 @@ public struct Entry: Sendable {
     public var etag: String? { info.metadata.etag }
     /// The origin's Last-Modified.
     public var lastModified: String? { info.metadata.lastModified }
-    /// When the entry stops being fresh.
+    /// The store's hard expiry (see ``EntryMetadata/expiresAt``).
     public var expiresAt: Date? { info.metadata.expiresAt }
+    /// The cache layer's policy text.
+    public var cachePolicy: String? { info.metadata.cachePolicy }
     /// When the entry was stored.
     public var createdAt: Date { info.createdAt }
     /// When the entry was last read before.
     public var accessedAt: Date { info.accessedAt }
     /// The entry's byte cost.
     public var cost: Int { info.cost }
+
+    /// Makes an entry of `data` described by `info`.
+    public init(data: Data, info: EntryInfo) {
+        self.data = data
+        self.info = info
+    }
 }
 
 /// Milliseconds since 1970 of `date`, as the index and pack records store times.
