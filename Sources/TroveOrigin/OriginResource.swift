@@ -38,6 +38,10 @@ public struct OriginResource: Sendable {
         case declareLength(Int)
         /// Closes the connection as soon as the request has arrived, without a response.
         case closeWithoutResponse
+        /// An HTTP/1.0-style response: no `Content-Length`, no chunked encoding, the body ends
+        /// where the server closes the connection — after `afterBytes` bytes (the whole body
+        /// when it has no more), so the client cannot tell a cut from the end.
+        case closeDelimited(afterBytes: Int)
     }
 
     /// The status code (200 by default).

@@ -188,6 +188,21 @@ struct OriginServerTests {
         }
     }
 
+    @Test func closeDelimitedSendsAnHTTP10BodyEndedByTheClose() async throws {
+        try await withOriginServer { origin in
+            origin.set("/c", OriginResource(body: jpegLike(count: 3000), behaviour: .closeDelimited(afterBytes: 1000)))
+            let connection = try RawConnection(port: origin.port)
+            connection.sendGet("/c")
+            let (bytes, closed) = connection.readAll()
+            let response = try #require(RawConnection.split(bytes))
+            #expect(closed)
+            #expect(response.head.hasPrefix("HTTP/1.0 200"))
+            #expect(!response.head.lowercased().contains("content-length"))
+            #expect(!response.head.lowercased().contains("transfer-encoding"))
+            #expect(response.body == Array(jpegLike(count: 3000).prefix(1000)))
+        }
+    }
+
     @Test func stallKeepsTheConnectionOpenUntilTheClientCloses() async throws {
         try await withOriginServer { origin in
             origin.set("/s", OriginResource(body: jpegLike(count: 10_000), behaviour: .stall(afterBytes: 1234)))

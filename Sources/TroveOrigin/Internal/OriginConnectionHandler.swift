@@ -169,6 +169,7 @@ final class OriginConnectionHandler: ChannelInboundHandler {
 
         var limit = total
         var ending = Ending.complete(keepAlive: keepAlive)
+        var version = HTTPVersion.http1_1
         var sliceSize = max(stored.body.readableBytes, 1)
         switch resource.behaviour {
         case .normal, .closeWithoutResponse:
@@ -187,9 +188,15 @@ final class OriginConnectionHandler: ChannelInboundHandler {
         case .declareLength(let declared):
             headers.add(name: "Content-Length", value: String(declared))
             if declared != total { ending = .close }
+        case .closeDelimited(let count):
+            // An HTTP/1.0 head: NIO's encoder then frames the body by the connection's close.
+            version = .http1_0
+            headers.replaceOrAdd(name: "Connection", value: "close")
+            limit = min(count, total)
+            ending = .close
         }
 
-        let head = HTTPResponseHead(version: .http1_1, status: HTTPResponseStatus(statusCode: status), headers: headers)
+        let head = HTTPResponseHead(version: version, status: HTTPResponseStatus(statusCode: status), headers: headers)
         lastWrite = context.write(wrapOutboundOut(.head(head)))
         guard hasBody else {
             finish(.complete(keepAlive: keepAlive), context: context)
