@@ -1,1 +1,0 @@
-// TroveHTTP: origin fetching (being built).
