@@ -1,0 +1,117 @@
+import Dispatch
+import Foundation
+import MetricsTestKit
+import Testing
+import TroveCore
+import TroveHTTP
+import TroveOrigin
+
+@testable import Trove
+
+/// The pipeline's threads, prefetching and metrics.
+@Suite struct PipelineThreadingTests {
+    struct TimedOut: Error {}
+
+    /// Runs `body`, failing instead of hanging when it takes longer than `limit`.
+    func within<T: Sendable>(_ limit: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+        try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask { try await body() }
+            group.addTask {
+                try await Task.sleep(for: limit)
+                return nil
+            }
+            defer { group.cancelAll() }
+            guard let first = try await group.next(), let value = first else { throw TimedOut() }
+            return value
+        }
+    }
+
+    /// Work that blocks — here, every pool thread stuck and more jobs queued behind them, and
+    /// a variant whose decode waits for a thread — never delays memory hits: they run on the
+    /// cooperative threads, which the blocked work does not hold.
+    @Test func blockedWorkNeverDelaysMemoryHits() async throws {
+        try await PipelineFixture.with(configure: { $0.blockingThreads = 2 }) { f in
+            let hot = f.url("/hot.jpg")
+            f.origin.set("/hot.jpg", f.resource(try jpeg(), cacheControl: "max-age=600"))
+            f.origin.set("/cold.jpg", f.resource(try jpeg(seed: 3), cacheControl: "max-age=600"))
+            _ = try await f.pipeline.image(for: hot)
+            _ = try await f.pipeline.image(for: f.url("/cold.jpg"))
+            let gate = DispatchSemaphore(value: 0)
+            let pool = f.pipeline.pool
+            // More blocked jobs than the machine has cooperative threads.
+            let blockers = (0..<(2 + 2 * ProcessInfo.processInfo.activeProcessorCount)).map { _ in
+                Task { try await pool.run { gate.wait() } }
+            }
+            let variant = Task { try await f.pipeline.image(for: f.url("/cold.jpg"), variant: Variant(width: 32, height: 32)) }
+            let pipeline = f.pipeline
+            let hits = try await within(.seconds(20)) {
+                var sources: [ImageResponse.Source] = []
+                for _ in 0..<1_000 { sources.append(try await pipeline.image(for: hot).source) }
+                return sources
+            }
+            #expect(hits.allSatisfy { $0 == .memory })
+            #expect(f.pipeline.statistics.variantsMade == 0, "the variant's decode is still queued")
+            for _ in blockers { gate.signal() }
+            for blocker in blockers { try await blocker.value }
+            #expect(try await variant.value.madeVariant)
+        }
+    }
+
+    /// A caller that leaves a queued job stops waiting at once, and the job never runs.
+    @Test func aCancelledWaiterLeavesThePoolQueueAtOnce() async throws {
+        let pool = BlockingPool(threads: 1, name: "test")
+        defer { pool.shutdown() }
+        let gate = DispatchSemaphore(value: 0)
+        let ran = Locked(false)
+        let blocker = Task { try await pool.run { gate.wait() } }
+        let queued = Task { try await pool.run { ran.withLock { $0 = true } } }
+        try await Task.sleep(for: .milliseconds(50))
+        queued.cancel()
+        await #expect(throws: CancellationError.self) { try await queued.value }
+        gate.signal()
+        try await blocker.value
+        try await pool.run {}
+        #expect(ran.withLock { $0 } == false)
+    }
+
+    /// A prefetch stores the image; cancelling one whose download stalls closes the connection.
+    @Test func prefetchLoadsAheadAndCancelStopsTheDownload() async throws {
+        try await PipelineFixture.with { f in
+            f.origin.set("/p.jpg", f.resource(try jpeg(), cacheControl: "max-age=600"))
+            await f.pipeline.prefetch(f.url("/p.jpg"), variant: Variant(width: 48, height: 48)).value
+            #expect(try f.store.entries(url: f.url("/p.jpg")).count == 2)
+            #expect(try await f.pipeline.image(for: f.url("/p.jpg")).source == .memory)
+
+            f.origin.set("/stall.jpg", OriginResource(body: try jpeg(), behaviour: .stall(afterBytes: 64)))
+            f.origin.resetObservations()
+            let prefetch = f.pipeline.prefetch(f.url("/stall.jpg"))
+            #expect(await f.origin.wait { $0.bodyBytesSent >= 64 })
+            prefetch.cancel()
+            await prefetch.value
+            #expect(await f.origin.wait { $0.connectionsClosedByClient >= 1 })
+            #expect(try f.store.entries(url: f.url("/stall.jpg")).isEmpty)
+        }
+    }
+
+    /// The counters reach the metrics backend.
+    @Test func countersReachTheMetricsBackend() async throws {
+        let metrics = TestMetrics()
+        try await PipelineFixture.with(configure: { $0.metricsFactory = metrics }) { f in
+            let bytes = try jpeg()
+            f.origin.set("/m.jpg", f.resource(bytes, etag: "\"m\"", cacheControl: "no-cache"))
+            let url = f.url("/m.jpg")
+            _ = try await f.pipeline.image(for: url)
+            _ = try await f.pipeline.image(for: url)
+            let network = try metrics.expectCounter("trove_pipeline_responses_total", [("source", "network")])
+            let revalidated = try metrics.expectCounter("trove_pipeline_responses_total", [("source", "revalidated")])
+            #expect(network.totalValue == 1)
+            #expect(revalidated.totalValue == 1)
+            #expect(try metrics.expectCounter("trove_pipeline_not_modified_total").totalValue == 1)
+            #expect(try metrics.expectCounter("trove_pipeline_fetched_bytes_total").totalValue == Int64(bytes.count))
+            let statistics = f.pipeline.statistics
+            #expect(statistics.networkResponses == 1)
+            #expect(statistics.revalidatedHits == 1)
+            #expect(statistics.bytesFetched == bytes.count)
+        }
+    }
+}
