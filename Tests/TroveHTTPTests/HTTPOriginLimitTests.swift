@@ -17,7 +17,7 @@ struct HTTPOriginLimitTests {
                 let error = try #require(await fetchError(origin, OriginRequest(url: server.url("/big"))))
                 #expect(error.code == .tooLarge)
                 #expect(error.message.contains("declares"))
-                #expect(ContinuousClock.now - start < .seconds(2))
+                #expect(ContinuousClock.now - start < .seconds(5))
                 // Exactly the limit is accepted.
                 server.set("/fits", OriginResource(body: block))
                 #expect(try await origin.fetch(OriginRequest(url: server.url("/fits"))).body.count == 1 << 20)
@@ -38,7 +38,7 @@ struct HTTPOriginLimitTests {
                 let error = try #require(await fetchError(origin, OriginRequest(url: server.url("/stream"))))
                 #expect(error.code == .tooLarge)
                 #expect(error.message.contains("more than the limit"))
-                #expect(ContinuousClock.now - start < .seconds(3))
+                #expect(ContinuousClock.now - start < .seconds(5))
             }
             #expect(await server.wait { $0.connectionsClosedByClient == 1 })
             #expect(server.statistics.bodyBytesSent < 64 << 20)
@@ -126,7 +126,7 @@ struct HTTPOriginLimitTests {
                 let error = try #require(await fetchError(origin, OriginRequest(url: server.url("/stall"))))
                 let elapsed = ContinuousClock.now - start
                 #expect(error.code == .timeout)
-                #expect(elapsed >= .milliseconds(400) && elapsed < .seconds(2), "\(elapsed)")
+                #expect(elapsed >= .milliseconds(400) && elapsed < .seconds(3), "\(elapsed)")
             }
             #expect(await server.wait { $0.connectionsClosedByClient == 1 }, "the stalled connection was closed")
         }
@@ -138,7 +138,7 @@ struct HTTPOriginLimitTests {
             try await withHTTPOrigin(limits: testLimits(requestTimeout: .milliseconds(500))) { origin in
                 let start = ContinuousClock.now
                 #expect(await fetchError(origin, OriginRequest(url: server.url("/late")))?.code == .timeout)
-                #expect(ContinuousClock.now - start < .seconds(2))
+                #expect(ContinuousClock.now - start < .seconds(3))
             }
             #expect(server.requestCount(for: "/late") <= 1, "a timeout is not retried")
         }
@@ -155,7 +155,7 @@ struct HTTPOriginLimitTests {
                 task.cancel()
                 let error = await task.value
                 #expect(error?.code == .cancelled)
-                #expect(ContinuousClock.now - cancelled < .milliseconds(500))
+                #expect(ContinuousClock.now - cancelled < .seconds(1))
                 #expect(await server.wait { $0.connectionsClosedByClient == 1 && $0.inFlightRequests == 0 })
             }
         }
@@ -233,7 +233,7 @@ struct HTTPOriginLimitTests {
                 let cancelled = ContinuousClock.now
                 waiter.cancel()
                 #expect(await waiter.value?.code == .cancelled)
-                #expect(ContinuousClock.now - cancelled < .milliseconds(500))
+                #expect(ContinuousClock.now - cancelled < .seconds(1))
                 #expect(server.requestCount(for: "/next") == 0, "it never reached the origin")
                 holder.cancel()
                 #expect(await holder.value?.code == .cancelled)
