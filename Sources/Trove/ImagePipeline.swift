@@ -229,8 +229,8 @@ public final class ImagePipeline: Sendable {
                 do {
                     original = try await self.original(url)
                 } catch let error as PipelineError where error.code == .origin {
-                    guard let code = error.originError?.code, allowsStaleOnError(stored.info, code) else { throw error }
-                    return ImageResponse(data: stored.data, info: stored.info, source: .stale(.originFailed(code)))
+                    guard let failure = error.originError, allowsStaleOnError(stored.info, failure) else { throw error }
+                    return ImageResponse(data: stored.data, info: stored.info, source: .stale(.originFailed(failure.code)))
                 }
                 if case .stale = original.source {
                     return ImageResponse(data: stored.data, info: stored.info, source: original.source)
@@ -291,7 +291,7 @@ public final class ImagePipeline: Sendable {
             response = try await fetch(OriginRequest(url: url, validators: validators))
         } catch {
             if error.code == .cancelled { throw CancellationError() }
-            if let stored, allowsStaleOnError(stored.info, error.code) {
+            if let stored, allowsStaleOnError(stored.info, error) {
                 return ImageResponse(data: stored.data, info: stored.info, source: .stale(.originFailed(error.code)))
             }
             throw PipelineError.origin(error, url: url)
@@ -469,10 +469,15 @@ public final class ImagePipeline: Sendable {
         return policy.decision(at: configuration.clock(), settings: configuration.freshness)
     }
 
-    /// Whether a stale entry may stand in for an origin that failed with `code` (RFC 5861 §4:
-    /// the origin could not be reached, or answered 500, 502, 503 or 504).
-    private func allowsStaleOnError(_ info: EntryInfo, _ code: OriginError.Code) -> Bool {
-        guard [.transport, .timeout, .truncated, .lengthMismatch, .status].contains(code) else { return false }
+    /// Whether a stale entry may stand in for an origin that failed with `error` (RFC 5861 §4:
+    /// the origin could not be reached — a transport error, a timeout, a cut body — or answered
+    /// 500, 502, 503 or 504).
+    private func allowsStaleOnError(_ info: EntryInfo, _ error: OriginError) -> Bool {
+        switch error.code {
+        case .transport, .timeout, .truncated, .lengthMismatch: break
+        case .status where [500, 502, 503, 504].contains(error.status ?? 0): break
+        default: return false
+        }
         return decision(for: info).staleUse?.servableOnError ?? false
     }
 

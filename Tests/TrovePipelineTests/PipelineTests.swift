@@ -173,6 +173,10 @@ import TroveOrigin
             let error = await #expect(throws: PipelineError.self) { try await f.pipeline.image(for: f.url("/m.jpg")) }
             #expect(error?.code == .origin)
             #expect(error?.originError?.status == 503)
+            // A 404 says the image is gone: no stale copy stands in for it (RFC 5861 §4).
+            f.origin.set("/e.jpg", .failure(status: 404))
+            let gone = await #expect(throws: PipelineError.self) { try await f.pipeline.image(for: f.url("/e.jpg")) }
+            #expect(gone?.originError?.status == 404)
             // The whole server gone: a transport error, and stale still stands in.
             try await f.origin.shutdown()
             #expect(try await f.pipeline.image(for: f.url("/e.jpg")).source == .stale(.originFailed(.transport)))
