@@ -112,7 +112,12 @@ let package = Package(
             ],
             exclude: ["Fixtures"]),
         .testTarget(
-            name: "TroveHTTPTests", dependencies: ["TroveHTTP", "TroveCore", "TroveOrigin", "TroveTestSupport"]),
+            name: "TroveHTTPTests",
+            dependencies: [
+                "TroveHTTP", "TroveCore", "TroveOrigin", "TroveTestSupport",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]),
         .testTarget(
             name: "TrovePipelineTests",
             dependencies: [
