@@ -82,6 +82,7 @@ let package = Package(
             dependencies: [
                 "Trove", "TroveStore", "TroveCore", "TroveCodec", "TroveHTTP", "TroveOrigin", "CSQLite",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
             ]),
         // The command-line tool.
         .executableTarget(
@@ -125,7 +126,7 @@ let package = Package(
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
             ]),
         .testTarget(name: "TroveBenchTests", dependencies: ["TroveBench", "TroveTestSupport"]),
-        .testTarget(name: "TroveCLITests", dependencies: ["Trove", "TroveCodec", "TroveTestSupport", "trove"]),
+        .testTarget(name: "TroveCLITests", dependencies: ["Trove", "TroveCodec", "TroveOrigin", "TroveTestSupport", "trove"]),
     ]
 )
 
