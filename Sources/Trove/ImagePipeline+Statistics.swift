@@ -25,7 +25,7 @@ extension ImagePipeline {
         public var fetches = 0
         /// Body bytes received in 200 answers.
         public var bytesFetched = 0
-        /// Callers that joined an original's stage another caller had started.
+        /// Callers that joined a stage (an original's or a variant's) another caller had started.
         public var coalescedWaiters = 0
         /// Variants made (decoded, resampled, encoded).
         public var variantsMade = 0

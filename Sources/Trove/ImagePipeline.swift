@@ -244,9 +244,11 @@ public final class ImagePipeline: Sendable {
             }
         }
         guard let variant else { return try await original(url) }
-        return try await variants.value(for: key, priority: Task.currentPriority) {
+        let outcome = try await variants.value(for: key, priority: Task.currentPriority) {
             try await self.makeVariant(variant, key: key)
-        }.value
+        }
+        if outcome.joined { countCoalesced() }
+        return outcome.value
     }
 
     // MARK: Originals
@@ -256,28 +258,32 @@ public final class ImagePipeline: Sendable {
         let outcome = try await originals.value(for: url, priority: Task.currentPriority) {
             try await self.loadOriginal(url)
         }
-        if outcome.joined {
-            count { $0.coalescedWaiters += 1 }
-            metrics.coalescedWaiters.increment()
-        }
+        if outcome.joined { countCoalesced() }
         return outcome.value
+    }
+
+    private func countCoalesced() {
+        count { $0.coalescedWaiters += 1 }
+        metrics.coalescedWaiters.increment()
     }
 
     /// One background revalidation per URL: it joins a revalidation already running.
     private func revalidateInBackground(_ url: String) {
         count { $0.backgroundRevalidations += 1 }
         Task(priority: .utility) {
-            _ = try? await self.originals.value(for: url) { try await self.loadOriginal(url, revalidate: true) }
+            // The stage looks at the stored original again: still stale, it revalidates; made
+            // fresh meanwhile by another caller, it is done.
+            _ = try? await self.originals.value(for: url) { try await self.loadOriginal(url) }
         }
     }
 
     /// The stage: the stored original when fresh, else the origin's answer (a 304 refreshing
     /// the stored one, or a 200 replacing it).
-    private func loadOriginal(_ url: String, revalidate: Bool = false) async throws -> ImageResponse {
+    private func loadOriginal(_ url: String) async throws -> ImageResponse {
         let key = CacheKey(url: url)
         let token = memory?.insertionToken(for: key)
         let stored = try read(key)
-        if let stored, !revalidate, decision(for: stored.info).isFresh {
+        if let stored, decision(for: stored.info).isFresh {
             if let token { memory?.insert(stored, for: key, ifUnchangedSince: token) }
             return ImageResponse(data: stored.data, info: stored.info, source: .disk)
         }
