@@ -305,13 +305,17 @@ public final class ImagePipeline: Sendable {
         if response.isNotModified {
             count { $0.notModified += 1 }
             metrics.notModified.increment()
-            if let stored, let refreshed = try await refresh(stored, with: response) { return refreshed }
-            // A 304 that is not for the stored copy (or answers no condition): fetch it whole.
+            if let stored, let refreshed = try await refresh(stored, with: response, token: token) { return refreshed }
+            // A 304 that is not for the stored copy (or answers no condition), or a stored copy
+            // replaced meanwhile: fetch it whole.
             let whole: OriginResponse
             do throws(OriginError) {
                 whole = try await fetch(OriginRequest(url: url))
             } catch {
                 if error.code == .cancelled { throw CancellationError() }
+                if let stored, allowsStaleOnError(stored.info, error) {
+                    return ImageResponse(data: stored.data, info: stored.info, source: .stale(.originFailed(error.code)))
+                }
                 throw PipelineError.origin(error, url: url)
             }
             guard !whole.isNotModified else {
@@ -320,9 +324,9 @@ public final class ImagePipeline: Sendable {
                         code: .status, message: "\(url): 304 Not Modified to an unconditional request", url: url, status: 304),
                     url: url)
             }
-            return try await storeFetched(whole, replacing: stored)
+            return try await storeFetched(whole, for: url, replacing: stored)
         }
-        return try await storeFetched(response, replacing: stored)
+        return try await storeFetched(response, for: url, replacing: stored)
     }
 
     /// Fetches `request`, with its request and response times read from the pipeline's clock
@@ -338,7 +342,14 @@ public final class ImagePipeline: Sendable {
 
     /// A 304 for `stored`: new freshness and validators for the original and every variant of
     /// it, by metadata-only updates. nil when the 304 does not identify the stored response.
-    private func refresh(_ stored: Entry, with response: OriginResponse) async throws -> ImageResponse? {
+    ///
+    /// The update is made only while the entry still holds `stored`'s bytes, and memory is
+    /// filled only if nothing but this update changed the key since `token` — taken before
+    /// `stored` was read — so a put racing the revalidation never leaves these bytes in memory
+    /// or these validators on other bytes.
+    private func refresh(
+        _ stored: Entry, with response: OriginResponse, token: MemoryCache.InsertionToken?
+    ) async throws -> ImageResponse? {
         let url = stored.key.url
         let policy = stored.info.cachePolicy.flatMap { CachePolicy(encoded: $0) }
         let storedValidators = Validators(entityTag: stored.etag, lastModified: stored.lastModified)
@@ -361,9 +372,9 @@ public final class ImagePipeline: Sendable {
         }
         let metadata = metadata(of: freshness)
         let key = stored.key
-        let token = memory?.insertionToken(for: key)
+        let contentHash = stored.info.contentHash
         let updated = try await write(url) { store -> Bool in
-            guard try store.updateMetadata(metadata, for: key) else { return false }
+            guard try store.updateMetadata(metadata, for: key, ifContentHash: contentHash) else { return false }
             for variant in try store.entries(url: url) where !variant.key.variant.isEmpty {
                 try store.updateMetadata(metadata, for: variant.key)
             }
@@ -381,8 +392,11 @@ public final class ImagePipeline: Sendable {
 
     /// A 200: stored under the requested URL unless the response forbids it; a changed
     /// original drops every stored variant.
-    private func storeFetched(_ response: OriginResponse, replacing stored: Entry?) async throws -> ImageResponse {
-        let url = response.requestedURL
+    ///
+    /// Stored under `url`, the URL this pipeline asked for, whatever the transport reports.
+    private func storeFetched(
+        _ response: OriginResponse, for url: String, replacing stored: Entry?
+    ) async throws -> ImageResponse {
         count {
             $0.fetches += 1
             $0.bytesFetched += response.bytesReceived
@@ -439,6 +453,8 @@ public final class ImagePipeline: Sendable {
             }
         } catch let error as CodecError {
             throw PipelineError.codec(error, url: url)
+        } catch is BlockingPool.ShutDown {
+            throw PipelineError.shutDown(url: url)
         }
         count { $0.variantsMade += 1 }
         metrics.variantsMade.increment()
@@ -489,10 +505,18 @@ public final class ImagePipeline: Sendable {
 
     /// The metadata a response's freshness gives an entry: its validators, its policy, and the
     /// store's hard expiry (freshness plus the stale retention).
+    ///
+    /// A response already stale when it arrives (an origin clock far behind, a huge `Age`)
+    /// still gets the retention from now: it is kept for revalidation, not stored expired.
     private func metadata(of freshness: ResponseFreshness) -> EntryMetadata {
-        EntryMetadata(
-            etag: freshness.validators.entityTag, lastModified: freshness.validators.lastModified,
-            expiresAt: freshness.policy.hardExpiry(settings: configuration.freshness),
+        var expiresAt = freshness.policy.hardExpiry(settings: configuration.freshness)
+        if let hard = expiresAt, let retention = configuration.freshness.staleRetention {
+            let floor = configuration.clock().addingTimeInterval(
+                Double(retention.components.seconds) + Double(retention.components.attoseconds) / 1e18)
+            expiresAt = max(hard, floor)
+        }
+        return EntryMetadata(
+            etag: freshness.validators.entityTag, lastModified: freshness.validators.lastModified, expiresAt: expiresAt,
             cachePolicy: freshness.policy.encoded)
     }
 
@@ -510,6 +534,8 @@ public final class ImagePipeline: Sendable {
             return try await pool.run { () throws -> T in try body(store) }
         } catch let error as StoreError {
             throw PipelineError.store(error, url: url)
+        } catch is BlockingPool.ShutDown {
+            throw PipelineError.shutDown(url: url)
         }
     }
 

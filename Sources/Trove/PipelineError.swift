@@ -61,6 +61,11 @@ public struct PipelineError: Error, Sendable, CustomStringConvertible {
         PipelineError(code: .store, message: "\(url): \(error.message)", url: url, underlying: error)
     }
 
+    static func shutDown(url: String) -> PipelineError {
+        PipelineError(
+            code: .shutDown, message: "\(url): the pipeline was shut down; make a new one to load images", url: url)
+    }
+
     static func codec(_ error: CodecError, url: String) -> PipelineError {
         PipelineError(code: .codec, message: "\(url): \(error)", url: url, underlying: error)
     }

@@ -123,19 +123,26 @@ extension Store {
     /// measures) and, without an expiry in `metadata`, ``Configuration/defaultTimeToLive`` runs
     /// from now. Visible and durable like a put.
     ///
-    /// - Returns: whether `key` had an entry (an expired one counts; without one, nothing is
-    ///   written).
+    /// - Parameter contentHash: When given, the update is made only if the entry's bytes have
+    ///   this content hash — checked under the same lock as the write, so a put of other bytes
+    ///   that lands meanwhile is never given these validators (a revalidation read the entry,
+    ///   asked the origin, and updates what it asked about).
+    /// - Returns: whether `key` had an entry (an expired one counts) with the expected content;
+    ///   without one, nothing is written.
     /// - Throws: ``StoreError`` — `.invalidArgument` (an expiry date out of range), `.io`,
     ///   `.index`, `.closed`, and a read's errors when the entry's bytes had to be copied (its
     ///   segment was being compacted at that instant).
     @discardableResult
-    public func updateMetadata(_ metadata: EntryMetadata, for key: CacheKey) throws(StoreError) -> Bool {
+    public func updateMetadata(
+        _ metadata: EntryMetadata, for key: CacheKey, ifContentHash contentHash: ContentHash? = nil
+    ) throws(StoreError) -> Bool {
         let now = configuration.clock()
         let expiresAt = try expiry(of: metadata, now: now)
         try Self.checkText(of: key, metadata)
         let digest = key.digest
         let relocations = shared.withLock { $0.map.relocations }
         guard let found = try locate(key, noteRead: false, includingExpired: true) else { return false }
+        if let contentHash, found.blob.hash != contentHash { return false }
         enum Outcome { case written(sequence: UInt64, queued: Int), gone, blobMoving }
         let outcome = try withAppender { (state) throws(StoreError) -> Outcome in
             // The entry must still be the one found: a write or removal since wins.
@@ -178,10 +185,11 @@ extension Store {
             return true
         case .gone:
             // Written or removed meanwhile: the newer write stands; look again.
-            return try updateMetadata(metadata, for: key)
+            return try updateMetadata(metadata, for: key, ifContentHash: contentHash)
         case .blobMoving:
             // Rare: copy the bytes with a put, which handles a reclaimed segment.
             guard let current = try locate(key, noteRead: false, includingExpired: true) else { return false }
+            if let contentHash, current.blob.hash != contentHash { return false }
             try put(try readBlob(of: current, key: key), for: key, metadata: metadata)
             return true
         }

@@ -39,7 +39,7 @@ import TroveTestSupport
     /// then puts the *old* bytes in memory with an insertion token taken after the fetch — so
     /// its own updateMetadata is the only invalidation it sees and the insert is accepted.
     /// Memory then serves bytes the store does not hold.
-    @Test(.disabled("defect: refresh() takes its insertion token after the fetch and fills memory with bytes read before it"))
+    @Test
     func aRevalidationRacingAPutNeverLeavesOldBytesInMemory() async throws {
         try await PipelineFixture.with { f in
             let old = try jpeg(seed: 1)
@@ -74,7 +74,7 @@ import TroveTestSupport
     /// The same race through the public API a second pipeline offers: two pipelines over one
     /// store and one memory tier (nothing forbids it; each has its own coalescers). One
     /// revalidates the old bytes while the other fetches the changed content.
-    @Test(.disabled("defect: refresh() fills memory with pre-fetch bytes; two pipelines on one store serve different bytes"))
+    @Test
     func twoPipelinesOnOneStoreNeverServeDifferentBytes() async throws {
         try await PipelineFixture.with { f in
             let old = try jpeg(seed: 3)
@@ -260,7 +260,7 @@ import TroveTestSupport
     /// After shutdown a request that needs a pool thread fails with `PipelineError.shutDown`
     /// (the code exists and is documented as "the pipeline was shut down"), not with a
     /// CancellationError its caller never asked for.
-    @Test(.disabled("defect: PipelineError.shutDown is never thrown; a caller that never cancelled gets CancellationError"))
+    @Test
     func aRequestAfterShutdownIsAShutDownError() async throws {
         try await PipelineFixture.with { f in
             f.origin.set("/late.jpg", OriginResource(body: try jpeg(), cacheControl: "max-age=60"))
@@ -543,7 +543,7 @@ import TroveTestSupport
     /// A transport that reports another `requestedURL` than the one asked for (a custom
     /// transport mapping URLs to a CDN, say). The pipeline knows which URL it asked for; it
     /// must never store one URL's bytes under another URL's key.
-    @Test(.disabled("defect: storeFetched stores under response.requestedURL, not the URL the pipeline asked for"))
+    @Test
     func oneURLsBytesAreNeverStoredUnderAnother() async throws {
         let a = try jpeg(seed: 1)
         let b = try jpeg(seed: 2)
@@ -616,11 +616,7 @@ import TroveTestSupport
     /// on arrival. It has an ETag, so RFC 9111 §4.3.1 would revalidate it on the next use;
     /// the pipeline stores it with a hard expiry already in the past, so the store never shows
     /// it again: every request is a full download and a new link record.
-    @Test(
-        .disabled(
-            "defect: a response stale on arrival by more than staleRetention is stored already expired; never revalidated, always re-downloaded"
-        ))
-    func aResponseStaleOnArrivalIsRevalidatedNotRedownloaded() async throws {
+    @Test func aResponseStaleOnArrivalIsRevalidatedNotRedownloaded() async throws {
         try await PipelineFixture.with { f in
             let bytes = try jpeg()
             let url = f.url("/old-clock.jpg")

@@ -117,6 +117,22 @@ import TroveTestSupport
         }
     }
 
+    /// With an expected content hash, the update is made only while the entry holds those bytes.
+    @Test func anUpdateForOtherBytesIsNotMade() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try open(dir, HashCounter())
+            try store.put(value(1), for: key(1), metadata: EntryMetadata(etag: "\"v1\""))
+            let old = try #require(try store.info(for: key(1))).contentHash
+            try store.put(value(2), for: key(1), metadata: EntryMetadata(etag: "\"v2\""))
+            #expect(try !store.updateMetadata(EntryMetadata(etag: "\"v1-refreshed\""), for: key(1), ifContentHash: old))
+            #expect(try store.info(for: key(1))?.etag == "\"v2\"")
+            let current = try #require(try store.info(for: key(1))).contentHash
+            #expect(try store.updateMetadata(EntryMetadata(etag: "\"v2-refreshed\""), for: key(1), ifContentHash: current))
+            #expect(try store.info(for: key(1))?.etag == "\"v2-refreshed\"")
+            #expect(try store.data(for: key(1)) == value(2))
+        }
+    }
+
     @Test func noEntryNoWrite() async throws {
         try await withTemporaryDirectory { dir in
             let store = try open(dir, HashCounter())

@@ -43,7 +43,7 @@ final class BlockingPool: Sendable {
     /// Runs `body` on a pool thread and returns its result.
     ///
     /// - Throws: `CancellationError` at once when the calling task is (or gets) cancelled
-    ///   before `body` has finished; else what `body` throws.
+    ///   before `body` has finished; ``ShutDown`` after ``shutdown()``; else what `body` throws.
     func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try Task.checkCancellation()
         let waiter = Locked<CheckedContinuation<T, any Error>?>(nil)
@@ -62,7 +62,7 @@ final class BlockingPool: Sendable {
                     waiter.withLock { $0.take() }?.resume(with: result)
                 }
                 guard enqueue(job) else {
-                    waiter.withLock { $0.take() }?.resume(throwing: CancellationError())
+                    waiter.withLock { $0.take() }?.resume(throwing: ShutDown())
                     return
                 }
             }
@@ -72,8 +72,11 @@ final class BlockingPool: Sendable {
         }
     }
 
+    /// The pool was shut down: no job is taken any more.
+    struct ShutDown: Error {}
+
     /// Stops the threads once the queue is empty. Jobs submitted afterwards fail with
-    /// `CancellationError`.
+    /// ``ShutDown``.
     func shutdown() {
         let wasRunning = state.withLock { state in
             defer { state.isShutDown = true }
