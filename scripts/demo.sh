@@ -1,38 +1,94 @@
 #!/usr/bin/env bash
-# Sets up a fresh Debian machine and runs Trove's main job on its default store
-# ($XDG_CACHE_HOME/trove, else ~/.cache/trove): stores a few files, reads them back and
-# checks them, then prints `trove stats`. Pass --store PATH to use another store.
+# Sets up a fresh Debian machine and runs Trove's main job offline: starts two image origins on
+# 127.0.0.1 over the same sample images (`trove origin --make-samples`), one letting caches keep
+# its images an hour (Cache-Control: max-age=3600), one making them ask every time (no-cache);
+# fetches the images and their 256 px WebP variants through the pipeline (`trove fetch`), then
+# again: memory and disk hits, and 304 revalidations from the no-cache origin; checks the bytes
+# against the origin's files; prints `trove stats`; stops the origins.
+#
+# The store is a new one in a temporary directory, removed afterwards, unless TROVE_STORE names
+# one. Nothing is left running, whatever happens: the origins are stopped on every exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/bootstrap.sh
 swift build -c release --product trove >&2
-trove=".build/release/trove"
+trove="$PWD/.build/release/trove"
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+origins=()
+# SIGTERM to every origin started, then SIGKILL to any still running after 5 s.
+stop_origins() {
+  local pid
+  for pid in "${origins[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for _ in $(seq 50); do
+    local running=0
+    for pid in "${origins[@]}"; do kill -0 "$pid" 2>/dev/null && running=1; done
+    [ "$running" = 0 ] && break
+    sleep 0.1
+  done
+  for pid in "${origins[@]}"; do
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  origins=()
+}
+trap 'stop_origins; rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
 
-# A few files, two of them with identical bytes under different URLs (stored once).
-head -c 200000 /dev/urandom > "$work/photo-1.jpg"
-head -c 50000 /dev/urandom > "$work/thumb.webp"
-cp "$work/photo-1.jpg" "$work/photo-1-copy.jpg"
-printf 'Trove keeps each distinct byte sequence once.\n' > "$work/readme.txt"
+export TROVE_STORE="${TROVE_STORE:-$work/store}"
 
-declare -A urls=(
-  [photo-1.jpg]="https://images.example.com/photos/1.jpg"
-  [photo-1-copy.jpg]="https://cdn.example.net/mirror/1.jpg"
-  [thumb.webp]="https://images.example.com/thumbs/1.webp"
-  [readme.txt]="https://example.com/readme.txt"
-)
+# Starts `trove origin IMAGES ARGS…` in the background and sets $base_url once it listens.
+start_origin() {
+  local name=$1
+  shift
+  "$trove" origin "$work/images" --port-file "$work/$name.port" "$@" >/dev/null 2>"$work/$name.log" &
+  origins+=($!)
+  for _ in $(seq 600); do
+    if [ -s "$work/$name.port" ]; then
+      base_url="http://127.0.0.1:$(cat "$work/$name.port")"
+      return
+    fi
+    kill -0 "${origins[-1]}" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "demo: the $name origin did not start:" >&2
+  cat "$work/$name.log" >&2
+  exit 1
+}
 
-for name in "${!urls[@]}"; do
-  "$trove" put "$@" "${urls[$name]}" "$work/$name" --etag "\"$(md5sum < "$work/$name" | cut -c1-16)\""
+echo "== two origins on loopback over 4 sample images (3 JPEG, 1 PNG, 1600×1200)"
+start_origin photos --make-samples 4 --cache-control "max-age=3600"
+photos=$base_url
+start_origin live --cache-control "no-cache"
+live=$base_url
+for file in "$work/images"/*; do printf '   %-14s %8d bytes\n' "${file##*/}" "$(stat -c %s "$file")"; done
+echo "   $photos  Cache-Control: max-age=3600"
+echo "   $live  Cache-Control: no-cache"
+
+urls=("$photos/sample-1.jpg" "$photos/sample-2.jpg" "$photos/sample-4.png" "$live/sample-3.jpg")
+
+echo
+echo "== first pass: originals from the origins, then 256 px WebP variants made from the stored originals"
+"$trove" fetch "${urls[@]}"
+"$trove" fetch --size 256x256 "${urls[@]}"
+
+echo
+echo "== second pass: the store serves what is fresh (disk), the no-cache origin answers 304 (revalidated);"
+echo "   a URL named twice in one call is fetched once (its second line: memory)"
+"$trove" fetch -O "$work/out" "${urls[@]}" "${urls[0]}"
+"$trove" fetch --size 256x256 "${urls[@]}" "${urls[0]}"
+
+for url in "${urls[@]}"; do
+  name=${url##*/}
+  cmp -s "$work/images/$name" "$work/out/$name" || { echo "demo: $name came back different" >&2; exit 1; }
 done
+echo "   the originals written with -O are byte for byte the origin's files"
 
-for name in "${!urls[@]}"; do
-  "$trove" get "$@" "${urls[$name]}" -o "$work/back-$name"
-  cmp -s "$work/$name" "$work/back-$name" || { echo "demo: $name came back different" >&2; exit 1; }
-  echo "stored and read back: ${urls[$name]}"
-done
+echo
+echo "== trove stats"
+"$trove" stats
 
-"$trove" stats "$@"
+stop_origins
+echo
+echo "== origins stopped"
