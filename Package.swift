@@ -88,7 +88,7 @@ let package = Package(
         .executableTarget(
             name: "trove",
             dependencies: [
-                "Trove", "TroveBench", "TroveCodec", "TroveOrigin",
+                "Trove", "TroveBench", "TroveCodec", "TroveHTTP", "TroveOrigin",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
 

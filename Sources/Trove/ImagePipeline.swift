@@ -235,9 +235,10 @@ public final class ImagePipeline: Sendable {
                 if case .stale = original.source {
                     return ImageResponse(data: stored.data, info: stored.info, source: original.source)
                 }
-                if let refreshed = try read(key), refreshed.info.contentHash == stored.info.contentHash,
-                    decision(for: refreshed.info).isFresh
-                {
+                // The original is validated now. A changed original took its variants with it;
+                // a variant still stored was made from the validated bytes (even when `no-cache`
+                // makes it stale again at once), so it is served, not made again.
+                if let refreshed = try read(key) {
                     return ImageResponse(
                         data: refreshed.data, info: refreshed.info, source: original.source, status: original.status)
                 }
@@ -380,7 +381,14 @@ public final class ImagePipeline: Sendable {
             }
             return true
         }
-        guard updated else { return nil }
+        guard updated else {
+            // Another writer replaced the bytes while the 304 was on its way: the newer write
+            // stands, and this 304 (about the old bytes) is not applied to it.
+            if let current = try read(key), current.info.contentHash != contentHash {
+                return ImageResponse(data: current.data, info: current.info, source: .disk)
+            }
+            return nil
+        }
         let now = configuration.clock()
         let info = EntryInfo(
             key: key, metadata: metadata, createdAt: now, accessedAt: now, cost: stored.info.cost,
