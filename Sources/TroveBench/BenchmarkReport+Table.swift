@@ -23,7 +23,11 @@ extension BenchmarkReport {
             if !r.engine.hasPrefix("Trove") {
                 // Trove's ops/s over this baseline's, for each Trove level of like durability.
                 let durable = r.engine.hasSuffix("fsync") || r.engine.hasSuffix("FULL")
-                let peers = durable ? ["Trove full"] : ["Trove", "Trove none"]
+                var peers = durable ? ["Trove full"] : ["Trove", "Trove none"]
+                // A workload without a store row (the memory tier's): every Trove row of it.
+                if r.metric == nil && !results.contains(where: { $0.workload == r.workload && peers.contains($0.engine) }) {
+                    peers = results.filter { $0.workload == r.workload && $0.engine.hasPrefix("Trove") }.map(\.engine)
+                }
                 let ratios = peers.compactMap { peer in
                     results.first { $0.workload == r.workload && $0.engine == peer }.map {
                         "\(peer == "Trove" ? "batched" : peer.dropFirst(6)) \(number($0.opsPerSecond / r.opsPerSecond, 2))×"

@@ -122,6 +122,7 @@ public final class BenchmarkSuite {
         for engine in fixture.engines { try diskPerPayload(engine) }
         try compactionUnderReads()
         try scaling()
+        results += try MemoryTierBenchmark.run(plan: plan, pool: pool, directory: root + "/memory-tier", progress: progress)
         return BenchmarkReport(plan: plan, results: results, targets: checkTargets())
     }
 
@@ -443,6 +444,7 @@ public final class BenchmarkSuite {
                         target: "open time, \(large.workload.dropFirst(12))", measured: open, required: "< 1 s", met: open < 1))
             }
         }
+        checks += MemoryTierBenchmark.targets(results)
         return checks
     }
 }
