@@ -5,8 +5,8 @@
 #      Sources Tests` fixes what it reports);
 #   2. builds and runs every test (swift test), and checks that a program on TroveStore alone
 #      links no image library (scripts/check-store-links.sh);
-#   3. runs the concurrency, store, crash and compaction suites again under ThreadSanitizer
-#      (skip with TROVE_SKIP_TSAN=1);
+#   3. runs the concurrency, store, crash and compaction suites, the memory tier's and the
+#      pipeline's again under ThreadSanitizer (skip with TROVE_SKIP_TSAN=1);
 #   4. builds the Benchmarks/ package, so the benchmarks keep compiling against the library
 #      (skip with TROVE_SKIP_BENCHMARKS_BUILD=1; running them is `trove bench`, not a test).
 set -euo pipefail
@@ -20,8 +20,9 @@ bash scripts/check-store-links.sh
 swift test
 
 if [ "${TROVE_SKIP_TSAN:-0}" != "1" ]; then
-  echo "== ThreadSanitizer: concurrency, store, crash and compaction suites"
-  swift test --sanitize=thread --scratch-path .build-tsan --filter "ConcurrencyTests|StoreTests|CrashTests|CompactionTests"
+  echo "== ThreadSanitizer: concurrency, store, crash, compaction, memory-tier and pipeline suites"
+  swift test --sanitize=thread --scratch-path .build-tsan \
+    --filter "ConcurrencyTests|StoreTests|CrashTests|CompactionTests|MemoryCache|PipelineTests|PipelineThreadingTests"
 fi
 
 if [ "${TROVE_SKIP_BENCHMARKS_BUILD:-0}" != "1" ]; then

@@ -123,6 +123,11 @@ public final class BenchmarkSuite {
         try compactionUnderReads()
         try scaling()
         results += try MemoryTierBenchmark.run(plan: plan, pool: pool, directory: root + "/memory-tier", progress: progress)
+        let lines = Locked<[String]>([])
+        results += try PipelineBenchmark.run(plan: plan, pool: pool, directory: root + "/pipeline") { line in
+            lines.withLock { $0.append(line) }
+        }
+        for line in lines.withLock({ $0 }) { progress(line) }
         return BenchmarkReport(plan: plan, results: results, targets: checkTargets())
     }
 
@@ -445,6 +450,7 @@ public final class BenchmarkSuite {
             }
         }
         checks += MemoryTierBenchmark.targets(results)
+        checks += PipelineBenchmark.targets(results)
         return checks
     }
 }
