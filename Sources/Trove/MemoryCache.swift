@@ -68,7 +68,7 @@ public final class MemoryCache: Sendable {
     /// What an entry costs besides its bytes: an estimate, in bytes, of the memory the cache
     /// spends on it — its slot in the shard's table (node and links, about 250 bytes, at 3/8 to
     /// 3/4 occupancy), its share of the ghost FIFO and URL index, and the heap text of a typical
-    /// key and validators (Docs/MemoryTier.md § Cost). 512.
+    /// key and validators (Docs/MemoryTier.md § What it holds). 512.
     public static let itemOverhead = 512
 
     /// The configuration the cache was made with.
@@ -111,7 +111,7 @@ public final class MemoryCache: Sendable {
     /// Complexity: O(1) — one hash of the key, one lock, one table probe.
     public func entry(for key: CacheKey) -> Entry? {
         let hashes = Self.hashes(of: key)
-        return shards[hashes.urlHash & shardMask].withLock { shard in
+        return shards[shardIndex(hashes.urlHash)].withLock { shard in
             shard.entry(for: key, hashes) { clock().timeIntervalSinceReferenceDate }
         }
     }
@@ -137,7 +137,7 @@ public final class MemoryCache: Sendable {
         let hashes = Self.hashes(of: key)
         let (expiresAt, isExpired) = expiry(of: entry)
         let cost = entry.data.count + Self.itemOverhead
-        return shards[hashes.urlHash & shardMask].withLock { shard in
+        return shards[shardIndex(hashes.urlHash)].withLock { shard in
             shard.insert(entry, for: key, hashes, cost: cost, expiresAt: expiresAt, refuse: isExpired)
         }
     }
@@ -200,7 +200,7 @@ public final class MemoryCache: Sendable {
     /// Complexity: O(1) — one hash of the key, one lock.
     public func insertionToken(for key: CacheKey) -> InsertionToken {
         let hashes = Self.hashes(of: key)
-        let shard = hashes.urlHash & shardMask
+        let shard = shardIndex(hashes.urlHash)
         let epoch = shards[shard].withLock { $0.log.epoch }
         return InsertionToken(shard: shard, epoch: epoch, keyHash: hashes.hash)
     }
@@ -218,7 +218,7 @@ public final class MemoryCache: Sendable {
         let hashes = Self.hashes(of: key)
         let (expiresAt, isExpired) = expiry(of: entry)
         let cost = entry.data.count + Self.itemOverhead
-        let index = hashes.urlHash & shardMask
+        let index = shardIndex(hashes.urlHash)
         return shards[index].withLock { shard in
             guard token.shard == index, shard.admits(hashes, token: token, allowing: allowed) else {
                 shard.refused()
@@ -244,7 +244,7 @@ public final class MemoryCache: Sendable {
     @discardableResult
     public func remove(_ key: CacheKey) -> Bool {
         let hashes = Self.hashes(of: key)
-        return shards[hashes.urlHash & shardMask].withLock { $0.invalidate(key, hashes) }
+        return shards[shardIndex(hashes.urlHash)].withLock { $0.invalidate(key, hashes) }
     }
 
     /// Drops every entry of `url`: the original and all its variants. Guarded inserts of those
@@ -256,7 +256,7 @@ public final class MemoryCache: Sendable {
     @discardableResult
     public func removeAll(url: String) -> Int {
         let urlHash = url.hashValue
-        return shards[urlHash & shardMask].withLock { $0.invalidateAll(url: url, urlHash: urlHash) }
+        return shards[shardIndex(urlHash)].withLock { $0.invalidateAll(url: url, urlHash: urlHash) }
     }
 
     /// Drops every entry; guarded inserts with tokens taken before are refused. Counted as
@@ -286,6 +286,14 @@ public final class MemoryCache: Sendable {
         hasher.combine(urlHash)
         hasher.combine(key.variant)
         return KeyHashes(hash: hasher.finalize(), urlHash: urlHash)
+    }
+
+    /// The shard of a URL with hash `urlHash`: from bits 40 and up, because a shard's table
+    /// places keys by the low bits of the same hash (an original's key hash is its URL's), and
+    /// keys sharing their low bits would crowd a fraction of the table.
+    @inline(__always)
+    private func shardIndex(_ urlHash: Int) -> Int {
+        (urlHash >> 40) & shardMask
     }
 
     /// Runs `body` on every shard in turn, under its lock (tests and statistics).

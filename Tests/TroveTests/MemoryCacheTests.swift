@@ -334,6 +334,21 @@ private struct TestLRU {
         #expect(!oldest && kept)
     }
 
+    /// Keys are spread over the shards and over each shard's table by different bits of their
+    /// hash, so a hit probes about one node: were they the same bits, every key of a shard
+    /// would start from 1/16 of its table and runs would pile up.
+    @Test func probesStayShort() {
+        let cache = MemoryCache(costLimit: 1 << 30, countLimit: 20_000)
+        for i in 0..<10_000 {
+            let k = key(i, variant: i % 5 == 0 ? "w64" : "")
+            cache.insert(memoryEntry(k, size: 10), for: k)
+        }
+        var worst = 0.0
+        cache.forEachShard { worst = max(worst, $0.meanDisplacement) }
+        #expect(worst < 2, "mean displacement \(worst)")
+        #expect(problems(cache).isEmpty)
+    }
+
     /// A cyclic working set a little larger than the cache (every read a miss, then an insert)
     /// keeps the whole shard — table, ghost, log — at the size of the cache, however long it runs.
     @Test func aCyclicWorkloadDoesNotGrowTheShard() {
