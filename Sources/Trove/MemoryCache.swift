@@ -183,9 +183,13 @@ public final class MemoryCache: Sendable {
     /// }
     /// ```
     ///
-    /// Use it only after a write that reports a change (a put, or an
-    /// ``Store/updateMetadata(_:for:)`` that returned true); after a mere read, use
-    /// ``insert(_:for:ifUnchangedSince:)``.
+    /// Take the token before the write *and* before getting the bytes you insert: after a
+    /// revalidation, whose `Store.updateMetadata` keeps the bytes read earlier, take it before
+    /// that read — a put between the read and a later token would otherwise go unseen, and the
+    /// old bytes would be accepted with the new metadata.
+    ///
+    /// Use it only after a write that reports a change (a put, or an `updateMetadata` that
+    /// returned true); after a mere read, use ``insert(_:for:ifUnchangedSince:)``.
     ///
     /// - Returns: whether the entry was stored.
     @discardableResult

@@ -41,26 +41,37 @@ private func singleShardCache(countLimit: Int = 10_000, costLimit: Int = 1 << 30
     return MemoryCache(configuration: configuration)
 }
 
-/// The textbook LRU (recency list, evict the least recently used), for comparison in tests.
+/// The textbook LRU (evict the least recently used), for comparison in tests: each access
+/// appends the key with a new tick; eviction skips places whose tick is no longer the key's.
 private struct TestLRU {
     let capacity: Int
-    private var order: [CacheKey] = []  // least recent first
+    private var ticks: [CacheKey: Int] = [:]
+    private var order: [(key: CacheKey, tick: Int)] = []
+    private var front = 0
+    private var now = 0
 
     init(capacity: Int) { self.capacity = capacity }
 
     /// Looks `key` up; inserts it on a miss. Whether it was a hit.
     mutating func access(_ key: CacheKey) -> Bool {
-        if let i = order.firstIndex(of: key) {
-            order.remove(at: i)
-            order.append(key)
-            return true
+        now += 1
+        let hit = ticks[key] != nil
+        if !hit && ticks.count == capacity {
+            while true {
+                let (oldest, tick) = order[front]
+                front += 1
+                if ticks[oldest] == tick {
+                    ticks.removeValue(forKey: oldest)
+                    break
+                }
+            }
         }
-        if order.count == capacity { order.removeFirst() }
-        order.append(key)
-        return false
+        ticks[key] = now
+        order.append((key, now))
+        return hit
     }
 
-    func contains(_ key: CacheKey) -> Bool { order.contains(key) }
+    func contains(_ key: CacheKey) -> Bool { ticks[key] != nil }
 }
 
 // MARK: Behaviour
