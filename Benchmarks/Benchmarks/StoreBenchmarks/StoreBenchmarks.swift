@@ -54,6 +54,50 @@ func engine(_ name: String) throws -> any BlobStoring {
     }
 }
 
+/// The memory tier's fixture: 10 000 values of 4 KiB in a `MemoryCache` and, as the same
+/// `Data`, in an `NSCache` (the values boxed, as a user would), under the same keys.
+///
+/// `@unchecked Sendable`: everything is set in `init` and only read after, `MemoryCache` is
+/// `Sendable` and `NSCache` locks inside (documented thread-safe).
+final class MemoryTierFixture: @unchecked Sendable {
+    /// A value as `NSCache` needs it: an object.
+    final class Box {
+        let data: Data
+        init(_ data: Data) { self.data = data }
+    }
+
+    static let count = 10_000
+    static let valueSize = 4 << 10
+    static let instance = Result { try MemoryTierFixture() }
+
+    let keys: [CacheKey]
+    let names: [NSString]
+    let memory: MemoryCache
+    let cache = NSCache<NSString, Box>()
+
+    private init() throws {
+        // An entry's info comes from a store: read one back, then vary its key and bytes.
+        let directory = FileManager.default.temporaryDirectory.path + "/trove-ordo-memory-\(getpid())"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try Store(directory: directory)
+        let pool = ContentPool()
+        let templateKey = CacheKey(url: "https://images.example.com/template.jpg")
+        try store.put(pool.value(id: 1, size: Self.valueSize), for: templateKey)
+        guard let template = try store.entry(for: templateKey) else { throw WorkNotDone("no template entry") }
+        try store.close()
+        keys = (0..<Self.count).map { CacheKey(url: "https://images.example.com/memory/\($0).jpg") }
+        names = keys.map { NSString(string: $0.url) }
+        memory = MemoryCache(costLimit: 2 * Self.count * (Self.valueSize + MemoryCache.itemOverhead), countLimit: 2 * Self.count)
+        for i in 0..<Self.count {
+            var entry = template
+            entry.data = pool.value(id: UInt64(20_000_000 + i), size: Self.valueSize)
+            entry.info.key = keys[i]
+            guard memory.insert(entry, for: keys[i]) else { throw WorkNotDone("MemoryCache refused \(keys[i])") }
+            cache.setObject(Box(entry.data), forKey: names[i], cost: entry.data.count)
+        }
+    }
+}
+
 let benchmarks: @Sendable () -> Void = {
     Benchmark.defaultConfiguration = .init(
         metrics: [.wallClock, .throughput, .cpuTotal, .syscalls],
@@ -122,6 +166,36 @@ let benchmarks: @Sendable () -> Void = {
             let report = try store.compact()
             benchmark.stopMeasurement()
             guard report.segmentsDeleted > 0 || round == 1 else { throw WorkNotDone("the compaction pass reclaimed nothing") }
+        }
+    }
+
+    // The memory tier: a hit, in random order over 10 000 values of 4 KiB, in MemoryCache and in
+    // NSCache holding the same Data. The side-by-side table is `trove bench` (Docs/Benchmarks.md).
+    for name in ["MemoryCache", "NSCache"] {
+        Benchmark(
+            "memory hit 4KiB / \(name)",
+            configuration: .init(metrics: [.wallClock, .throughput], scalingFactor: .kilo, maxDuration: .seconds(2))
+        ) { benchmark in
+            let fixture = try MemoryTierFixture.instance.get()
+            var generator = SystemRandomNumberGenerator()
+            let order = (0..<1024).map { _ in Int.random(in: 0..<MemoryTierFixture.count, using: &generator) }
+            var found = 0
+            benchmark.startMeasurement()
+            for i in benchmark.scaledIterations {
+                let n = order[i & 1023]
+                let data: Data?
+                if name == "MemoryCache" {
+                    data = fixture.memory.entry(for: fixture.keys[n])?.data
+                } else {
+                    data = fixture.cache.object(forKey: fixture.names[n])?.data
+                }
+                if let data { found &+= data.count }
+                blackHole(data)
+            }
+            benchmark.stopMeasurement()
+            guard found == benchmark.scaledIterations.count * MemoryTierFixture.valueSize else {
+                throw WorkNotDone("\(name) missed")
+            }
         }
     }
 
