@@ -28,7 +28,8 @@ swift test --skip-build --filter "$network"
 if [ "${TROVE_SKIP_TSAN:-0}" != "1" ]; then
   echo "== ThreadSanitizer: concurrency, store, crash, compaction, memory-tier and pipeline suites"
   swift test --sanitize=thread --scratch-path .build-tsan --filter "ConcurrencyTests|StoreTests|CrashTests|CompactionTests|MemoryCache"
-  swift test --sanitize=thread --scratch-path .build-tsan --skip-build --filter "PipelineTests|PipelineThreadingTests"
+  swift test --sanitize=thread --scratch-path .build-tsan --skip-build \
+    --filter "^TrovePipelineTests\.(PipelineTests|PipelineThreadingTests)/"
 fi
 
 if [ "${TROVE_SKIP_BENCHMARKS_BUILD:-0}" != "1" ]; then

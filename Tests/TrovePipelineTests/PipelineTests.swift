@@ -249,14 +249,16 @@ import TroveOrigin
 
     /// Each failure gives its typed error and stores nothing.
     @Test func failuresAreTypedAndStoreNothing() async throws {
-        let limits = OriginLimits(connectTimeout: .seconds(2), requestTimeout: .milliseconds(500), maximumBodySize: 100_000)
+        // A request timeout a loaded machine (or ThreadSanitizer) cannot reach by accident; the
+        // slow resource waits far longer.
+        let limits = OriginLimits(connectTimeout: .seconds(2), requestTimeout: .seconds(3), maximumBodySize: 100_000)
         try await PipelineFixture.with(limits: limits) { f in
             let bytes = try jpeg()
             f.origin.set("/404.jpg", .failure(status: 404))
             f.origin.set("/cut.jpg", OriginResource(body: bytes, behaviour: .truncate(afterBytes: 500)))
             f.origin.set("/text.jpg", OriginResource(body: Array("hello, not an image".utf8)))
             f.origin.set("/big.jpg", OriginResource(body: bytes, repetitions: 100))
-            f.origin.set("/slow.jpg", OriginResource(body: bytes, headDelay: .seconds(3)))
+            f.origin.set("/slow.jpg", OriginResource(body: bytes, headDelay: .seconds(30)))
             f.origin.set("/lie.jpg", OriginResource(body: bytes, behaviour: .declareLength(bytes.count + 100)))
             let expected: [(String, OriginError.Code)] = [
                 ("/404.jpg", .status), ("/cut.jpg", .truncated), ("/text.jpg", .notAnImage), ("/big.jpg", .tooLarge),
