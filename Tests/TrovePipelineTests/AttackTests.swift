@@ -15,22 +15,6 @@ import TroveTestSupport
 @Suite struct AttackTests {
     let thumb = Variant(width: 64, height: 64)
 
-    struct TimedOut: Error {}
-
-    /// Runs `body`, failing instead of hanging when it takes longer than `limit`.
-    func within<T: Sendable>(_ limit: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-        try await withThrowingTaskGroup(of: T?.self) { group in
-            group.addTask { try await body() }
-            group.addTask {
-                try await Task.sleep(for: limit)
-                return nil
-            }
-            defer { group.cancelAll() }
-            guard let first = try await group.next(), let value = first else { throw TimedOut() }
-            return value
-        }
-    }
-
     // MARK: Wrong bytes
 
     /// A 304 arrives for bytes the store no longer holds: another writer replaced the entry

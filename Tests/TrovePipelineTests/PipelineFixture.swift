@@ -91,3 +91,20 @@ struct PipelineFixture {
             headers: [("Date", HTTPDate(clock.date).description)], headDelay: headDelay)
     }
 }
+
+/// A test step that took longer than its limit.
+struct TimedOut: Error {}
+
+/// Runs `body`, failing instead of hanging when it takes longer than `limit`.
+func within<T: Sendable>(_ limit: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: limit)
+            return nil
+        }
+        defer { group.cancelAll() }
+        guard let first = try await group.next(), let value = first else { throw TimedOut() }
+        return value
+    }
+}

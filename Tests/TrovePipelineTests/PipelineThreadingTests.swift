@@ -10,22 +10,6 @@ import TroveOrigin
 
 /// The pipeline's threads, prefetching and metrics.
 @Suite struct PipelineThreadingTests {
-    struct TimedOut: Error {}
-
-    /// Runs `body`, failing instead of hanging when it takes longer than `limit`.
-    func within<T: Sendable>(_ limit: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-        try await withThrowingTaskGroup(of: T?.self) { group in
-            group.addTask { try await body() }
-            group.addTask {
-                try await Task.sleep(for: limit)
-                return nil
-            }
-            defer { group.cancelAll() }
-            guard let first = try await group.next(), let value = first else { throw TimedOut() }
-            return value
-        }
-    }
-
     /// Work that blocks — here, every pool thread stuck and more jobs queued behind them, and
     /// a variant whose decode waits for a thread — never delays memory hits: they run on the
     /// cooperative threads, which the blocked work does not hold.
