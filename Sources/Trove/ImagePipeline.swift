@@ -205,6 +205,7 @@ public final class ImagePipeline: Sendable {
 
     private func serve(url: String, variant: Variant?) async throws -> ImageResponse {
         try Task.checkCancellation()
+        guard !pool.isShutDown else { throw PipelineError.shutDown(url: url) }
         let key = CacheKey(url: url, variant: variant?.description ?? "")
         if let variant, !variant.isValid {
             throw PipelineError.codec(CodecError(.unsupported, "variant \(variant) is out of range"), url: url)
@@ -414,29 +415,33 @@ public final class ImagePipeline: Sendable {
         let freshness = ResponseFreshness(
             status: response.status, headers: response.headers, requestTime: response.requestTime,
             responseTime: response.responseTime, settings: configuration.freshness)
-        let hash = ContentHash(hashing: [UInt8](response.body))
-        let changed = stored.map { $0.info.contentHash != hash || $0.info.cost != response.body.count } ?? true
         guard freshness.isStorable else {
             // Never stored, and nothing made from it will be; what was stored is outdated.
-            if stored != nil || changed {
-                try await write(url) { store in _ = try store.removeAll(url: url) }
-            }
+            try await write(url) { store in _ = try store.removeAll(url: url) }
             return ImageResponse(data: response.body, info: nil, source: .network, status: response.status)
         }
         let metadata = metadata(of: freshness)
         let key = CacheKey(url: url)
         let token = memory?.insertionToken(for: key)
         let body = response.body
-        try await write(url) { store in
-            if changed {
-                // Variants were made from other bytes (or the original is unknown).
-                _ = try store.removeAll(url: url)
-            } else {
-                for variant in try store.entries(url: url) where !variant.key.variant.isEmpty {
-                    try store.updateMetadata(metadata, for: variant.key)
+        let hash: ContentHash
+        if stored == nil, let written = try writeInline(body, for: key, metadata: metadata) {
+            hash = written
+        } else {
+            let computed = ContentHash(hashing: [UInt8](body))
+            let changed = stored.map { $0.info.contentHash != computed || $0.info.cost != body.count } ?? true
+            try await write(url) { store in
+                if changed {
+                    // Variants were made from other bytes (or the original is unknown).
+                    _ = try store.removeAll(url: url)
+                } else {
+                    for variant in try store.entries(url: url) where !variant.key.variant.isEmpty {
+                        try store.updateMetadata(metadata, for: variant.key)
+                    }
                 }
+                try store.put(body, for: key, metadata: metadata)
             }
-            try store.put(body, for: key, metadata: metadata)
+            hash = computed
         }
         let now = configuration.clock()
         let info = EntryInfo(
@@ -534,6 +539,28 @@ public final class ImagePipeline: Sendable {
     private func read(_ key: CacheKey) throws(PipelineError) -> Entry? {
         do { return try store.entry(for: key) } catch { throw PipelineError.store(error, url: key.url) }
     }
+
+    /// Stores a new original inline when that cannot block: nil — nothing written — when the
+    /// store has any entry of the URL (its variants must go first), the put would wait (`full`
+    /// durability, back-pressure), or the body is over ``inlineWriteLimit``. The caller then
+    /// writes on the pool. This saves the two thread hops of a pool write on every cold fetch.
+    private func writeInline(_ body: Data, for key: CacheKey, metadata: EntryMetadata) throws(PipelineError)
+        -> ContentHash?
+    {
+        guard body.count <= Self.inlineWriteLimit else { return nil }
+        // A pipeline shut down writes nothing more, inline or on the pool.
+        guard !pool.isShutDown else { throw PipelineError.shutDown(url: key.url) }
+        do {
+            guard try store.keys(url: key.url).isEmpty else { return nil }
+            return try store.putWithoutWaiting(body, for: key, metadata: metadata)
+        } catch {
+            throw PipelineError.store(error, url: key.url)
+        }
+    }
+
+    /// The largest body written inline (``writeInline(_:for:metadata:)``): appending it to the
+    /// page cache takes tens of microseconds, less than a hop to the pool and back.
+    static let inlineWriteLimit = 256 << 10
 
     /// Runs store writes for `url` on the blocking pool.
     private func write<T: Sendable>(_ url: String, _ body: @escaping @Sendable (Store) throws -> T) async throws -> T {

@@ -25,7 +25,7 @@ extension BenchmarkReport {
                 let durable = r.engine.hasSuffix("fsync") || r.engine.hasSuffix("FULL")
                 var peers = durable ? ["Trove full"] : ["Trove", "Trove none"]
                 // A workload without a store row (the memory tier's): every Trove row of it.
-                if r.metric == nil && !results.contains(where: { $0.workload == r.workload && peers.contains($0.engine) }) {
+                if !results.contains(where: { $0.workload == r.workload && peers.contains($0.engine) }) {
                     peers = results.filter { $0.workload == r.workload && $0.engine.hasPrefix("Trove") }.map(\.engine)
                 }
                 let ratios = peers.compactMap { peer in

@@ -17,6 +17,8 @@ public struct BenchmarkPlan: Codable, Sendable {
     public var operationScale: Double
     /// Where the engines' directories go (a new temporary directory when nil).
     public var directory: String?
+    /// The groups of workloads to run (all by default).
+    public var sections: [BenchmarkSection] = BenchmarkSection.allCases
 
     /// About a minute on a 2-core machine.
     public static let standard = BenchmarkPlan(population: 100_000, scaleEntries: 100_000, operationScale: 1, directory: nil)
@@ -31,6 +33,16 @@ public struct BenchmarkPlan: Codable, Sendable {
     }
 
     func operations(_ n: Int) -> Int { max(20, Int(Double(n) * operationScale)) }
+}
+
+/// A group of workloads, run on its own with `trove bench --only`.
+public enum BenchmarkSection: String, Codable, CaseIterable, Sendable {
+    /// Trove against one file per entry and SQLite: puts, gets, mixed, dedup, disk, compaction, scaling.
+    case engines
+    /// The memory tier against NSCache and an LRU.
+    case memory
+    /// The image pipeline: disk hits against `Store.data`, cold fetches against bare HTTP GETs.
+    case pipeline
 }
 
 /// One workload run against one engine.
@@ -102,6 +114,22 @@ public final class BenchmarkSuite {
 
     /// Runs every workload and returns the results with the targets checked.
     public func run() throws -> BenchmarkReport {
+        if plan.sections.contains(.engines) { try runEngines() }
+        if plan.sections.contains(.memory) {
+            results += try MemoryTierBenchmark.run(plan: plan, pool: pool, directory: root + "/memory-tier", progress: progress)
+        }
+        if plan.sections.contains(.pipeline) {
+            let lines = Locked<[String]>([])
+            results += try PipelineBenchmark.run(plan: plan, pool: pool, directory: root + "/pipeline") { line in
+                lines.withLock { $0.append(line) }
+            }
+            for line in lines.withLock({ $0 }) { progress(line) }
+        }
+        return BenchmarkReport(plan: plan, results: results, targets: checkTargets())
+    }
+
+    /// The engine workloads: Trove against one file per entry and SQLite.
+    private func runEngines() throws {
         progress("populating each engine with \(plan.population) entries of 4 KiB")
         let clock = ContinuousClock()
         let start = clock.now
@@ -122,13 +150,6 @@ public final class BenchmarkSuite {
         for engine in fixture.engines { try diskPerPayload(engine) }
         try compactionUnderReads()
         try scaling()
-        results += try MemoryTierBenchmark.run(plan: plan, pool: pool, directory: root + "/memory-tier", progress: progress)
-        let lines = Locked<[String]>([])
-        results += try PipelineBenchmark.run(plan: plan, pool: pool, directory: root + "/pipeline") { line in
-            lines.withLock { $0.append(line) }
-        }
-        for line in lines.withLock({ $0 }) { progress(line) }
-        return BenchmarkReport(plan: plan, results: results, targets: checkTargets())
     }
 
     // MARK: Workloads

@@ -87,7 +87,9 @@ public final class HTTPOrigin: OriginFetching {
                 url: request.url)
         }
         let deadline = ContinuousClock.now + limits.requestTimeout
-        let result = await RequestDeadline.run(until: deadline, url: request.url, timeout: limits.requestTimeout) {
+        let result = await RequestDeadline.run(
+            until: deadline, url: request.url, timeout: limits.requestTimeout, on: client.eventLoopGroup.any()
+        ) {
             do throws(OriginError) {
                 return .success(try await self.follow(request, from: target, deadline: deadline))
             } catch {

@@ -32,13 +32,42 @@ extension Store {
     public func put(_ data: Data, for key: CacheKey, metadata: EntryMetadata = EntryMetadata()) throws(StoreError) {
         // `withUnsafeBytes` does not carry a typed error through: a Result does.
         try data.withUnsafeBytes { bytes in
-            Result { () throws(StoreError) in try put(bytes, for: key, metadata: metadata) }
+            Result { () throws(StoreError) in _ = try put(bytes, for: key, metadata: metadata, mayWait: true) }
         }.get()
     }
 
     /// Stores `bytes` under `key`; see ``put(_:for:metadata:)-(Data,_,_)``.
     public func put(_ bytes: UnsafeRawBufferPointer, for key: CacheKey, metadata: EntryMetadata = EntryMetadata())
         throws(StoreError)
+    {
+        _ = try put(bytes, for: key, metadata: metadata, mayWait: true)
+    }
+
+    /// Stores `data` under `key` like ``put(_:for:metadata:)-(Data,_,_)`` if that does not
+    /// have to wait; otherwise writes nothing and returns nil.
+    ///
+    /// A put waits under ``Durability/full`` durability (for its sync and index commit) and
+    /// under back-pressure (when the queue of writes the index has not caught up with is full,
+    /// the writer runs a commit cycle itself). This call refuses both instead, so that a caller
+    /// on a thread that must not block — one of Swift's cooperative threads — can write inline
+    /// and hand the write to a thread that may block only when it has to. It still hashes the
+    /// bytes, reads the index and appends them to the pack (page-cache writes).
+    ///
+    /// - Returns: The content hash of `data`, or nil when nothing was written because the put
+    ///   would have waited.
+    /// - Throws: as ``put(_:for:metadata:)-(Data,_,_)``.
+    public func putWithoutWaiting(_ data: Data, for key: CacheKey, metadata: EntryMetadata = EntryMetadata())
+        throws(StoreError) -> ContentHash?
+    {
+        if configuration.durability == .full { return nil }
+        return try data.withUnsafeBytes { bytes in
+            Result { () throws(StoreError) in try put(bytes, for: key, metadata: metadata, mayWait: false) }
+        }.get()
+    }
+
+    /// The put: nil, having written nothing, when `mayWait` is false and it would wait.
+    private func put(_ bytes: UnsafeRawBufferPointer, for key: CacheKey, metadata: EntryMetadata, mayWait: Bool)
+        throws(StoreError) -> ContentHash?
     {
         // Refuse what cannot be stored before spending a pass over it.
         try Self.checkText(of: key, metadata)
@@ -64,7 +93,11 @@ extension Store {
         var equal = candidates.first { holds($0, bytes) }
         let now = configuration.clock()
         let expiresAt = try expiry(of: metadata, now: now)
-        let (sequence, queued) = try withAppender { (state) throws(StoreError) -> (UInt64, Int) in
+        let appended = try withAppender { (state) throws(StoreError) -> (UInt64, Int)? in
+            // Two records at most join the queue: refused when they would start back-pressure.
+            if !mayWait, configuration.durability == .full || state.queue.count + 2 >= backPressureQueueLength {
+                return nil
+            }
             // A candidate in a segment being rewritten, or found before a rewrite that has
             // finished since (its place may be gone), is not linked to: the bytes go in anew.
             if let found = equal,
@@ -111,7 +144,9 @@ extension Store {
             shared.withLock { $0.map.stored(IndexedEntry(entry: row, blob: blob), for: key) }
             return (link.sequence, state.queue.count)
         }
+        guard let (sequence, queued) = appended else { return nil }
         try afterWrite(sequence: sequence, queued: queued)
+        return hash
     }
 
     /// Replaces the ETag, Last-Modified and expiry of `key`'s entry, keeping its bytes: one
@@ -236,6 +271,23 @@ extension Store {
     /// - Returns: how many entries were removed.
     @discardableResult
     public func removeAll(url: String) throws(StoreError) -> Int {
+        try remove(candidateKeys(url: url).sorted())
+    }
+
+    /// The keys of `url` that have an entry (expired ones included), by variant, without
+    /// committing pending writes first (unlike ``entries(url:)``): it never waits for a sync,
+    /// so a caller on a thread that must not block may ask.
+    public func keys(url: String) throws(StoreError) -> [CacheKey] {
+        var keys: [CacheKey] = []
+        for key in try candidateKeys(url: url).sorted()
+        where try locate(key, noteRead: false, includingExpired: true, verifying: false) != nil {
+            keys.append(key)
+        }
+        return keys
+    }
+
+    /// Every key of `url` the queue or the index names; some may have been removed since.
+    private func candidateKeys(url: String) throws(StoreError) -> Set<CacheKey> {
         // The queue first, then the index: a write the queue no longer holds has been committed
         // before it left the queue, so the index read that follows sees it. (The other order
         // misses a write committed between the two reads.)
@@ -248,7 +300,7 @@ extension Store {
             }
         }
         keys.formUnion(try readIndex { try $0.entries(url: url) }.map(\.entry.key))
-        return try remove(keys.sorted())
+        return keys
     }
 
     /// Appends a tombstone for each of `keys` that has an entry. Returns how many had one.
@@ -289,12 +341,15 @@ extension Store {
     /// every write queued meanwhile); otherwise a full batch wakes the committer, and a queue
     /// far behind makes the writer wait for a commit (back-pressure, bounded memory).
     private func afterWrite(sequence: UInt64, queued: Int) throws(StoreError) {
-        if configuration.durability == .full || queued >= configuration.batchSize * 8 {
+        if configuration.durability == .full || queued >= backPressureQueueLength {
             try commitPending(through: sequence)
         } else if queued >= configuration.batchSize {
             background.wake()
         }
     }
+
+    /// The queue length at which writers run a commit cycle themselves (back-pressure).
+    private var backPressureQueueLength: Int { configuration.batchSize * 8 }
 
     /// Whether the stored blob `candidate` holds exactly `bytes`. A blob that cannot be read
     /// holds nothing.

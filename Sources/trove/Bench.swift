@@ -28,12 +28,22 @@ extension TroveCommand {
         @Option(help: "Directory for the engines' files (default: a new temporary directory, removed afterwards).")
         var directory: String?
 
+        @Option(
+            name: .customLong("only"), parsing: .upToNextOption,
+            help: "Run only these groups of workloads: engines, memory, pipeline (default: all).")
+        var sections: [String] = []
+
         @Flag(help: "Instead: 256 px WebP thumbnails of large JPEGs and PNGs against vipsthumbnail and Pillow.")
         var thumbnails = false
 
         func validate() throws {
             if let population, population < 100 { throw ValidationError("--population must be at least 100") }
             if let scaleEntries, scaleEntries < 10_000 { throw ValidationError("--scale-entries must be at least 10000") }
+            for name in sections where BenchmarkSection(rawValue: name) == nil {
+                throw ValidationError(
+                    "--only \(name): not a group of workloads; choose from "
+                        + BenchmarkSection.allCases.map(\.rawValue).joined(separator: ", "))
+            }
         }
 
         func run() throws {
@@ -54,6 +64,7 @@ extension TroveCommand {
             if let population { plan.population = population }
             if let scaleEntries { plan.scaleEntries = scaleEntries }
             plan.directory = directory
+            if !sections.isEmpty { plan.sections = sections.compactMap(BenchmarkSection.init(rawValue:)) }
             let report: BenchmarkReport
             do {
                 let suite = try BenchmarkSuite(plan: plan) { line in

@@ -41,6 +41,34 @@ import TroveOrigin
         }
     }
 
+    /// A new original is stored inline (Docs/Pipeline.md, "Threads"): with every pool thread
+    /// held, a cold fetch still completes and is stored. Replacing a stored original may wait
+    /// (its variants go first), so that write waits for a pool thread.
+    @Test func aNewOriginalNeedsNoPoolThreadButAReplacementDoes() async throws {
+        try await PipelineFixture.with(configure: { $0.blockingThreads = 2 }) { f in
+            f.origin.set("/new.jpg", f.resource(try jpeg(seed: 5), cacheControl: "max-age=600"))
+            f.origin.set("/old.jpg", f.resource(try jpeg(seed: 6), etag: "\"1\"", cacheControl: "max-age=0"))
+            _ = try await f.pipeline.image(for: f.url("/old.jpg"))
+            let gate = DispatchSemaphore(value: 0)
+            let pool = f.pipeline.pool
+            let blockers = (0..<pool.threadCount).map { _ in Task { try await pool.run { gate.wait() } } }
+            let pipeline = f.pipeline
+            let url = f.url("/new.jpg")
+            let fresh = try await within(.seconds(20)) { try await pipeline.image(for: url) }
+            #expect(fresh.source == .network)
+            #expect(try f.store.data(for: CacheKey(url: url)) == fresh.data)
+            // The stored original changes at the origin: its replacement needs the pool.
+            f.origin.set("/old.jpg", f.resource(try jpeg(seed: 7), etag: "\"2\"", cacheControl: "max-age=600"))
+            let replacement = Task { try await pipeline.image(for: f.url("/old.jpg")) }
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try f.store.info(for: CacheKey(url: f.url("/old.jpg")))?.etag == "\"1\"")
+            for _ in blockers { gate.signal() }
+            for blocker in blockers { try await blocker.value }
+            #expect(try await replacement.value.source == .network)
+            #expect(try f.store.info(for: CacheKey(url: f.url("/old.jpg")))?.etag == "\"2\"")
+        }
+    }
+
     /// A caller that leaves a queued job stops waiting at once, and the job never runs.
     @Test func aCancelledWaiterLeavesThePoolQueueAtOnce() async throws {
         let pool = BlockingPool(threads: 1, name: "test")

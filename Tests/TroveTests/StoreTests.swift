@@ -304,3 +304,73 @@ import TroveTestSupport
         }
     }
 }
+
+@Suite struct WriteWithoutWaitingTests {
+    @Test func putsLikePutAndReturnsTheHash() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir)
+            let bytes = Data(testBytes(seed: 7, count: 70_000))
+            let hash = try #require(try store.putWithoutWaiting(bytes, for: key(1), metadata: EntryMetadata(etag: "\"a\"")))
+            #expect(hash == ContentHash(hashing: [UInt8](bytes)))
+            try store.put(bytes, for: key(2))
+            #expect(try store.info(for: key(2))?.contentHash == hash)
+            #expect(try store.data(for: key(1)) == bytes)
+            #expect(try store.info(for: key(1))?.etag == "\"a\"")
+            try store.close()
+            let reopened = try openStore(dir)
+            #expect(try reopened.data(for: key(1)) == bytes)
+        }
+    }
+
+    @Test func refusesUnderFullDurabilityWritingNothing() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir, durability: .full)
+            #expect(try store.putWithoutWaiting(Data([1, 2, 3]), for: key(1)) == nil)
+            #expect(try store.contains(key(1)) == false)
+            #expect(store.appender.withLock { $0.queue.count } == 0)
+        }
+    }
+
+    @Test func refusesAtBackPressureWritingNothing() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir) {
+                $0.batchInterval = .seconds(3600)
+                $0.batchSize = 4
+            }
+            // The committer is held, so no commit cycle drains the queue: it only grows.
+            let written = try store.committer.withLock { _ in
+                var written = 0
+                while try store.putWithoutWaiting(Data([UInt8(written)]), for: key(written)) != nil { written += 1 }
+                return written
+            }
+            // Back-pressure starts at 8 × batchSize queued records; each new value queues two.
+            #expect(written == 15)
+            #expect(try store.contains(key(written)) == false)
+            let queued = store.appender.withLock { $0.queue.count }
+            #expect(queued == 30)
+            // A put that may wait runs the commit cycle itself and empties the queue.
+            try store.put(Data([255]), for: key(100))
+            #expect(store.appender.withLock { $0.queue.count } < queued)
+            #expect(try store.putWithoutWaiting(Data([254]), for: key(101)) != nil)
+            for i in 0..<written { #expect(try store.data(for: key(i)) == Data([UInt8(i)])) }
+        }
+    }
+
+    @Test func keysOfAURLSeeQueuedAndIndexedEntriesButNotRemovedOnes() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir) { $0.batchInterval = .seconds(3600) }
+            let url = key(1).url
+            try store.put(Data([1]), for: key(1))
+            try store.put(Data([2]), for: key(1, variant: "w64"))
+            try store.flush()  // these two are in the index
+            try store.put(Data([3]), for: key(1, variant: "w128"))  // this one only in the queue
+            try store.put(Data([4]), for: key(2))
+            #expect(try store.keys(url: url) == [key(1), key(1, variant: "w128"), key(1, variant: "w64")])
+            try store.remove(key(1, variant: "w64"))
+            #expect(try store.keys(url: url) == [key(1), key(1, variant: "w128")])
+            #expect(try store.keys(url: "https://img.example/none.jpg").isEmpty)
+            // It did not commit: the queued put is still queued.
+            #expect(store.appender.withLock { $0.queue.count } > 0)
+        }
+    }
+}

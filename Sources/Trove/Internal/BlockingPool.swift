@@ -72,6 +72,9 @@ final class BlockingPool: Sendable {
         }
     }
 
+    /// Whether ``shutdown()`` has been called.
+    var isShutDown: Bool { state.withLock { $0.isShutDown } }
+
     /// The pool was shut down: no job is taken any more.
     struct ShutDown: Error {}
 

@@ -8,6 +8,8 @@ public import Foundation
 struct Measurement {
     var latencies: [UInt64] = []  // nanoseconds
     var total: Duration = .zero
+    /// The process's CPU time (user + system, every thread) over the run, when measured.
+    var cpuSeconds: Double?
 
     var seconds: Double {
         Double(total.components.seconds) + Double(total.components.attoseconds) / 1e18
@@ -125,4 +127,13 @@ struct ZipfSampler {
         }
         return low
     }
+}
+
+/// The CPU time the process has used so far (user + system, all threads), in seconds.
+func processCPUSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    let seconds = usage.ru_utime.tv_sec + usage.ru_stime.tv_sec
+    let micros = usage.ru_utime.tv_usec + usage.ru_stime.tv_usec
+    return Double(seconds) + Double(micros) / 1e6
 }

@@ -45,10 +45,37 @@ extension CachePolicy {
     ///
     /// - Complexity: O(*n*) in the length of `encoded`.
     public init?(encoded: some StringProtocol) {
-        let bytes = Array(encoded.utf8)
+        // Parsed in place over the UTF-8 bytes: a hit on a stored entry decodes its policy,
+        // so this allocates nothing.
+        var text = String(encoded)
+        guard let policy = text.withUTF8({ Self.parse($0) }) else { return nil }
+        self = policy
+    }
+
+    /// The fields' fixed order: a field's place in `rtgawenmixl`, nil for an unknown key.
+    private static func place(of key: UInt8) -> Int? {
+        switch key {
+        case UInt8(ascii: "r"): 0
+        case UInt8(ascii: "t"): 1
+        case UInt8(ascii: "g"): 2
+        case UInt8(ascii: "a"): 3
+        case UInt8(ascii: "w"): 4
+        case UInt8(ascii: "e"): 5
+        case UInt8(ascii: "n"): 6
+        case UInt8(ascii: "m"): 7
+        case UInt8(ascii: "i"): 8
+        case UInt8(ascii: "x"): 9
+        case UInt8(ascii: "l"): 10
+        default: nil
+        }
+    }
+
+    private static func parse(_ bytes: UnsafeBufferPointer<UInt8>) -> CachePolicy? {
         guard bytes.count <= Self.maximumEncodedLength else { return nil }
-        let parts = bytes.split(separator: UInt8(ascii: ";"), omittingEmptySubsequences: false)
-        guard parts.count >= 4, Array(parts[0]) == Array("v1".utf8) else { return nil }
+        let separator = UInt8(ascii: ";")
+        // The version, then at least the three required fields.
+        guard bytes.count >= 3, bytes[0] == UInt8(ascii: "v"), bytes[1] == UInt8(ascii: "1"), bytes[2] == separator
+        else { return nil }
 
         var responseTime: Int64?
         var lifetime: Int64?
@@ -56,15 +83,18 @@ extension CachePolicy {
         var directives = CacheControl()
         var expires = ExpiresField.absent
         var lastModified: Int64?
-        // Each field's place in the fixed order; a field must come after the one before it.
-        let order: [UInt8] = Array("rtgawenmixl".utf8)
         var position = -1
         let deltaLimit = Milliseconds.deltaLimit
         let secondsLimit = Int64(CacheControl.DeltaSeconds.maximum)
         let dateRange = (HTTPDate.secondsRange.lowerBound * 1000)...(HTTPDate.secondsRange.upperBound * 1000)
 
-        for part in parts.dropFirst() {
-            guard let key = part.first, let place = order.firstIndex(of: key), place > position else { return nil }
+        var start = 3
+        while start <= bytes.count {
+            var end = start
+            while end < bytes.count, bytes[end] != separator { end += 1 }
+            let part = bytes[start..<end]
+            start = end + 1
+            guard let key = part.first, let place = place(of: key), place > position else { return nil }
             position = place
             let flag = part.count == 1
             let value = part.dropFirst(2)
@@ -117,14 +147,14 @@ extension CachePolicy {
             }
         }
         guard let responseTime, let lifetime, let initialAge else { return nil }
-        self.init(
+        return CachePolicy(
             responseTime: responseTime, lifetime: lifetime, initialAge: initialAge, directives: directives,
             expires: expires, lastModified: lastModified)
     }
 
     /// A canonical decimal integer within `range`: an optional `-` (never before 0), then `0` or
     /// a digit 1–9 followed by at most 15 more digits.
-    private static func integer(_ text: ArraySlice<UInt8>, in range: ClosedRange<Int64>) -> Int64? {
+    private static func integer(_ text: Slice<UnsafeBufferPointer<UInt8>>, in range: ClosedRange<Int64>) -> Int64? {
         var digits = text[...]
         let negative = digits.first == UInt8(ascii: "-")
         if negative { digits = digits.dropFirst() }

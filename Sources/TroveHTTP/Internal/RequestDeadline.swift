@@ -1,41 +1,45 @@
+import NIOCore
+import TroveCore
+
 /// Runs a fetch against a deadline and the caller's cancellation.
 ///
 /// AsyncHTTPClient's own deadline covers a request until its response head; the body is
-/// streamed afterwards. So the whole-request timeout is enforced here: the fetch runs as a child
-/// task next to a timer, the first to finish decides, and the other is cancelled (which cancels
-/// the HTTP request and closes its connection). The caller's cancellation cancels both children;
-/// the fetch then ends with `cancelled` as soon as it notices, which for a request in flight is
-/// the next event-loop turn.
+/// streamed afterwards. So the whole-request timeout is enforced here: the fetch runs as a task
+/// of its own, and a timer on an event loop cancels that task at the deadline (which cancels
+/// the HTTP request and closes its connection); the fetch's `cancelled` is then reported as the
+/// timeout it is. The caller's cancellation cancels the task too. A fetch that ends first
+/// cancels the timer, so nothing is left scheduled (a sleeping timer task would stay queued in
+/// the dispatch timer heap until its deadline, one per request).
 enum RequestDeadline {
     static func run<Value: Sendable>(
-        until deadline: ContinuousClock.Instant, url: String, timeout: Duration,
+        until deadline: ContinuousClock.Instant, url: String, timeout: Duration, on eventLoop: any EventLoop,
         _ operation: @escaping @Sendable () async -> Result<Value, OriginError>
     ) async -> Result<Value, OriginError> {
-        let outcome = await withTaskGroup(of: Result<Value, OriginError>?.self) { group in
-            group.addTask { await operation() }
-            group.addTask {
-                do {
-                    try await Task.sleep(until: deadline, clock: .continuous)
-                } catch {
-                    return nil  // cancelled: the operation reports the cancellation itself
-                }
-                return .failure(
-                    OriginError(
-                        code: .timeout,
-                        message: "fetching \(url) took longer than the request timeout (\(timeout)); "
-                            + "the origin is slow or stalled — try again later or raise OriginLimits.requestTimeout",
-                        url: url))
-            }
-            var first: Result<Value, OriginError>?
-            while first == nil, let next = await group.next() {
-                first = next
-            }
-            group.cancelAll()
-            return first ?? .failure(.cancelled(url))
+        let timedOut = Locked(false)
+        let fetch = Task { await operation() }
+        let remaining = max(deadline - ContinuousClock.now, .zero)
+        let timer = eventLoop.scheduleTask(in: TimeAmount(remaining)) {
+            timedOut.withLock { $0 = true }
+            fetch.cancel()
         }
+        let outcome = await withTaskCancellationHandler {
+            await fetch.value
+        } onCancel: {
+            fetch.cancel()
+        }
+        timer.cancel()
         // A failure of a cancelled caller is reported as the cancellation it is.
-        if case .failure(let error) = outcome, Task.isCancelled, error.code != .cancelled {
-            return .failure(.cancelled(url))
+        if Task.isCancelled {
+            if case .failure(let error) = outcome, error.code != .cancelled { return .failure(.cancelled(url)) }
+            return outcome
+        }
+        if case .failure = outcome, timedOut.withLock({ $0 }) {
+            return .failure(
+                OriginError(
+                    code: .timeout,
+                    message: "fetching \(url) took longer than the request timeout (\(timeout)); "
+                        + "the origin is slow or stalled — try again later or raise OriginLimits.requestTimeout",
+                    url: url))
         }
         return outcome
     }
