@@ -19,6 +19,9 @@ public struct BenchmarkPlan: Codable, Sendable {
     public var directory: String?
     /// The groups of workloads to run (all by default).
     public var sections: [BenchmarkSection] = BenchmarkSection.allCases
+    /// This program, run again as `bench-worker` for the workloads that need a fresh process
+    /// (``FirstReadBenchmark``); nil skips them.
+    public var workerExecutable: String?
 
     /// About a minute on a 2-core machine.
     public static let standard = BenchmarkPlan(population: 100_000, scaleEntries: 100_000, operationScale: 1, directory: nil)
@@ -43,6 +46,9 @@ public enum BenchmarkSection: String, Codable, CaseIterable, Sendable {
     case memory
     /// The image pipeline: disk hits against `Store.data`, cold fetches against bare HTTP GETs.
     case pipeline
+    /// Each engine in a fresh process: the first read of every key, then Zipf gets, and the
+    /// process's peak memory (``FirstReadBenchmark``).
+    case firstReads = "first-reads"
 }
 
 /// One workload run against one engine.
@@ -64,6 +70,10 @@ public struct BenchmarkResult: Codable, Sendable {
     /// A workload-specific figure (disk bytes per payload byte, open seconds), with its meaning.
     public var metric: Double?
     public var metricName: String?
+    /// The process's peak resident memory while the workload ran, in MiB (Linux's `VmHWM`, reset
+    /// before the timed loop), when measured. Rows from child processes (the first-read
+    /// workload) give that process's peak, which is the engine's alone.
+    public var peakResidentMiB: Double?
 }
 
 /// A target of DESIGN.md § Targets checked against this run.
@@ -115,6 +125,10 @@ public final class BenchmarkSuite {
     /// Runs every workload and returns the results with the targets checked.
     public func run() throws -> BenchmarkReport {
         if plan.sections.contains(.engines) { try runEngines() }
+        if plan.sections.contains(.firstReads), let executable = plan.workerExecutable {
+            results += try FirstReadBenchmark.run(
+                plan: plan, pool: pool, directory: root + "/first-reads", executable: executable, progress: progress)
+        }
         if plan.sections.contains(.memory) {
             results += try MemoryTierBenchmark.run(plan: plan, pool: pool, directory: root + "/memory-tier", progress: progress)
         }
@@ -145,6 +159,7 @@ public final class BenchmarkSuite {
         for (size, count) in [(4 << 10, 5_000), (64 << 10, 2_000), (1 << 20, 200)] {
             try putAndGet(size: size, count: plan.operations(count), trove: trove, files: files, sqlite: sqlite)
         }
+        try concurrentWriters(trove: trove, files: files, sqlite: sqlite)
         for engine in fixture.engines { try mixedZipf(engine) }
         for engine in fixture.engines { try dedupHeavyPut(engine) }
         for engine in fixture.engines { try diskPerPayload(engine) }
@@ -210,6 +225,42 @@ public final class BenchmarkSuite {
         sqlite.updatesAccessTime = false
         try get(sqlite)
         sqlite.updatesAccessTime = true
+    }
+
+    /// Eight threads putting distinct 20 KB values at once — image downloads finishing
+    /// together — with each engine at each durability level. This is where group commit pays:
+    /// Trove `full` shares one `fdatasync` among the writers waiting at the same moment, one
+    /// file per entry fsyncs every file, SQLite FULL runs one write transaction at a time.
+    private func concurrentWriters(trove: TroveEngine, files: FilePerEntryEngine, sqlite: SQLiteBlobEngine) throws {
+        let writers = 8
+        let size = 20_000
+        let count = plan.operations(4_000)
+        let durableCount = max(writers * 4, count / 4)
+        let values = (0..<count).map { pool.value(id: UInt64(9_000_000 + $0), size: size) }
+        let workload = "\(writers) writers put 20KB"
+        func put(_ engine: any BlobStoring & Sendable, tag: String, count: Int) throws {
+            progress("\(workload) × \(count): \(engine.name)")
+            let m = try measureConcurrently(count, threads: writers, finish: engine.flush) { i in
+                try engine.put(values[i], key: "writers-\(tag)-\(i)", etag: "e\(i)")
+            }
+            record(workload, engine, m)
+            try verifySample(engine, count: count) { ("writers-\(tag)-\($0)", values[$0]) }
+        }
+        try put(trove, tag: "main", count: count)
+        try trove.reopen(durability: .none)
+        try put(trove, tag: "none", count: count)
+        try trove.reopen(durability: .batched)
+        try put(files, tag: "main", count: count)
+        try put(sqlite, tag: "main", count: count)
+        try trove.reopen(durability: .full)
+        try put(trove, tag: "full", count: durableCount)
+        try trove.reopen(durability: .batched)
+        files.fsyncWrites = true
+        try put(files, tag: "fsync", count: durableCount)
+        files.fsyncWrites = false
+        try sqlite.setSynchronousFull(true)
+        try put(sqlite, tag: "full", count: durableCount)
+        try sqlite.setSynchronousFull(false)
     }
 
     /// 90 % gets, 10 % puts over a Zipf-popular catalog of image-like sizes; a miss is fetched
@@ -418,11 +469,12 @@ public final class BenchmarkSuite {
     }
 
     private func record(_ workload: String, name: String, _ m: Measurement, metric: Double? = nil, metricName: String? = nil) {
-        results.append(
-            BenchmarkResult(
-                workload: workload, engine: name, operations: m.latencies.count, seconds: m.seconds,
-                opsPerSecond: Double(m.latencies.count) / max(m.seconds, 1e-9), p50Microseconds: m.percentile(50),
-                p99Microseconds: m.percentile(99), metric: metric, metricName: metricName))
+        var result = BenchmarkResult(
+            workload: workload, engine: name, operations: m.latencies.count, seconds: m.seconds,
+            opsPerSecond: Double(m.latencies.count) / max(m.seconds, 1e-9), p50Microseconds: m.percentile(50),
+            p99Microseconds: m.percentile(99), metric: metric, metricName: metricName)
+        result.peakResidentMiB = m.peakResidentBytes.map { Double($0) / 1_048_576 }
+        results.append(result)
     }
 
     func result(_ workload: String, _ engine: String) -> BenchmarkResult? {
@@ -440,6 +492,8 @@ public final class BenchmarkSuite {
         }
         // Like with like (Docs/Benchmarks.md): the page-cache baselines against both Trove levels
         // that return before an fsync, the fsync-per-write baselines against `full`.
+        ratio("8 writers put 20KB", "Trove full", "FilePerEntry fsync", atLeast: 3)
+        ratio("8 writers put 20KB", "Trove full", "SQLiteBlob FULL", atLeast: 3)
         for trove in ["Trove none", "Trove"] {
             ratio("put 64KiB", trove, "FilePerEntry", atLeast: 5)
             ratio("put 64KiB", trove, "SQLiteBlob", atLeast: 2)
@@ -469,6 +523,15 @@ public final class BenchmarkSuite {
                     TargetCheck(
                         target: "open time, \(large.workload.dropFirst(12))", measured: open, required: "< 1 s", met: open < 1))
             }
+        }
+        ratio("first read (fresh process)", "Trove", "FilePerEntry", atLeast: 1.5)
+        if let trove = result("Zipf gets after first reads", "Trove")?.peakResidentMiB,
+            let files = result("Zipf gets after first reads", "FilePerEntry")?.peakResidentMiB
+        {
+            checks.append(
+                TargetCheck(
+                    target: "peak RSS of a fresh process (first reads, Zipf gets): Trove − FilePerEntry, MiB",
+                    measured: trove - files, required: "≤ 16", met: trove - files <= 16))
         }
         checks += MemoryTierBenchmark.targets(results)
         checks += PipelineBenchmark.targets(results)

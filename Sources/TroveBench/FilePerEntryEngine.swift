@@ -11,11 +11,14 @@ import TroveCore
 /// keep; ``sweep(toBytes:)`` evicts the oldest files by those times.
 ///
 /// A file holds a 4-byte ETag length, the ETag, then the value.
-public final class FilePerEntryEngine: BlobStoring {
+///
+/// Puts and gets may run on several threads at once (each put has its own temporary file);
+/// ``fsyncWrites`` changes only between workloads.
+public final class FilePerEntryEngine: BlobStoring, @unchecked Sendable {
     public let directory: String
     /// fsync each file before renaming it into place.
     public var fsyncWrites: Bool
-    private var temporaryCounter = 0
+    private let temporaryCounter = Locked(0)
 
     public var name: String { fsyncWrites ? "FilePerEntry fsync" : "FilePerEntry" }
 
@@ -42,8 +45,11 @@ public final class FilePerEntryEngine: BlobStoring {
 
     public func put(_ data: Data, key: String, etag: String) throws {
         let final = try path(for: key, create: true)
-        temporaryCounter += 1
-        let temporary = final + ".tmp\(temporaryCounter)"
+        let number = temporaryCounter.withLock { counter in
+            counter += 1
+            return counter
+        }
+        let temporary = final + ".tmp\(number)"
         let fd = try SystemCall.open(temporary, O_WRONLY | O_CREAT | O_TRUNC)
         do {
             var header = withUnsafeBytes(of: UInt32(etag.utf8.count).littleEndian) { Array($0) }

@@ -268,6 +268,7 @@ enum PipelineBenchmark {
         let clock = ContinuousClock()
         let start = clock.now
         let cpuStart = processCPUSeconds()
+        ResidentMemory.resetPeak()
         var measurement = Measurement()
         try await withThrowingTaskGroup(of: UInt64.self) { group in
             var next = 0
@@ -288,6 +289,7 @@ enum PipelineBenchmark {
         }
         measurement.total = clock.now - start
         measurement.cpuSeconds = processCPUSeconds() - cpuStart
+        measurement.peakResidentBytes = ResidentMemory.peakBytes()
         return measurement
     }
 
@@ -325,11 +327,13 @@ enum PipelineBenchmark {
 
     static func row(_ workload: String, _ engine: String, _ m: Measurement, cpu: Bool = false) -> BenchmarkResult {
         let cpuPerOperation = m.cpuSeconds.map { $0 * 1e6 / Double(max(m.latencies.count, 1)) }
-        return BenchmarkResult(
+        var result = BenchmarkResult(
             workload: workload, engine: engine, operations: m.latencies.count, seconds: m.seconds,
             opsPerSecond: Double(m.latencies.count) / max(m.seconds, 1e-9), p50Microseconds: m.percentile(50),
             p99Microseconds: m.percentile(99), metric: cpu ? cpuPerOperation : nil,
             metricName: cpu ? "process CPU µs per image" : nil)
+        result.peakResidentMiB = m.peakResidentBytes.map { Double($0) / 1_048_576 }
+        return result
     }
 }
 

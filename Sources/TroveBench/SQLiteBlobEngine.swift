@@ -1,5 +1,6 @@
 public import Foundation
 import CSQLite
+import TroveCore
 
 /// SQLite as a blob store: one table (key, blob, etag, accessed) in WAL mode with prepared
 /// statements — what SQLite itself recommends for small blobs ("35 % faster than the file
@@ -11,7 +12,10 @@ import CSQLite
 ///
 /// With ``updatesAccessTime`` a hit also runs `UPDATE … SET accessed`, the LRU bookkeeping
 /// such caches do; turning it off shows what that costs.
-public final class SQLiteBlobEngine: BlobStoring {
+///
+/// One connection: calls from several threads take turns on it (a lock), which is how SQLite
+/// serializes writers anyway — one write transaction at a time per database.
+public final class SQLiteBlobEngine: BlobStoring, @unchecked Sendable {
     public let directory: String
     /// `synchronous=FULL` (fsync on every commit) instead of `NORMAL`.
     public private(set) var synchronousFull: Bool
@@ -21,6 +25,8 @@ public final class SQLiteBlobEngine: BlobStoring {
     private var insert: OpaquePointer?
     private var select: OpaquePointer?
     private var touch: OpaquePointer?
+    /// Held around every use of the connection.
+    private let serial = Locked(())
 
     public var name: String {
         synchronousFull ? "SQLiteBlob FULL" : updatesAccessTime ? "SQLiteBlob" : "SQLiteBlob no-LRU"
@@ -54,6 +60,10 @@ public final class SQLiteBlobEngine: BlobStoring {
     }
 
     public func put(_ data: Data, key: String, etag: String) throws {
+        try serial.withLock { _ throws(BenchmarkError) in try putLocked(data, key: key, etag: etag) }
+    }
+
+    private func putLocked(_ data: Data, key: String, etag: String) throws(BenchmarkError) {
         defer { sqlite3_reset(insert) }
         sqlite3_bind_text(insert, 1, key, -1, CSQLite_transient())
         _ = data.withUnsafeBytes { sqlite3_bind_blob(insert, 2, $0.baseAddress, Int32($0.count), CSQLite_transient()) }
@@ -63,6 +73,10 @@ public final class SQLiteBlobEngine: BlobStoring {
     }
 
     public func get(_ key: String) throws -> Data? {
+        try serial.withLock { _ throws(BenchmarkError) in try getLocked(key) }
+    }
+
+    private func getLocked(_ key: String) throws(BenchmarkError) -> Data? {
         sqlite3_bind_text(select, 1, key, -1, CSQLite_transient())
         let rc = sqlite3_step(select)
         guard rc == SQLITE_ROW else {

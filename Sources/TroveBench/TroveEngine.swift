@@ -3,7 +3,10 @@ public import TroveStore
 import TroveCore
 
 /// Trove's ``Store`` as a benchmark engine.
-public final class TroveEngine: BlobStoring {
+///
+/// Puts and gets may run on several threads at once (the store is thread-safe); ``reopen(durability:)``
+/// only between workloads.
+public final class TroveEngine: BlobStoring, @unchecked Sendable {
     public let directory: String
     /// The store; reopened by ``reopen(durability:)``.
     public private(set) var store: Store

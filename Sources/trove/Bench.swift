@@ -30,7 +30,7 @@ extension TroveCommand {
 
         @Option(
             name: .customLong("only"), parsing: .upToNextOption,
-            help: "Run only these groups of workloads: engines, memory, pipeline (default: all).")
+            help: "Run only these groups of workloads: engines, first-reads, memory, pipeline (default: all).")
         var sections: [String] = []
 
         @Flag(help: "Instead: 256 px WebP thumbnails of large JPEGs and PNGs against vipsthumbnail and Pillow.")
@@ -65,6 +65,7 @@ extension TroveCommand {
             if let scaleEntries { plan.scaleEntries = scaleEntries }
             plan.directory = directory
             if !sections.isEmpty { plan.sections = sections.compactMap(BenchmarkSection.init(rawValue:)) }
+            plan.workerExecutable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
             let report: BenchmarkReport
             do {
                 let suite = try BenchmarkSuite(plan: plan) { line in
@@ -78,6 +79,24 @@ extension TroveCommand {
                 try printJSON(report)
             } else {
                 printOut(report.table())
+            }
+        }
+    }
+
+    /// The child process of `trove bench`'s fresh-process workloads; not for people.
+    struct BenchWorker: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "bench-worker", abstract: "Internal: one engine's fresh-process run for trove bench.",
+            shouldDisplay: false)
+
+        @Argument var arguments: [String] = []
+
+        func run() throws {
+            do {
+                let report = try FirstReadBenchmark.worker(arguments: arguments)
+                FileHandle.standardOutput.write(try JSONEncoder().encode(report))
+            } catch {
+                try fail("bench-worker failed: \(error)")
             }
         }
     }

@@ -17,7 +17,7 @@ struct TroveCommand: AsyncParsableCommand {
         version: "0.1.0",
         subcommands: [
             Put.self, Get.self, Remove.self, List.self, Stats.self, Compact.self, Fsck.self, Thumb.self, Fetch.self, Origin.self,
-            Bench.self,
+            Bench.self, BenchWorker.self,
         ])
 
     /// Refuses arguments that are not valid UTF-8 before parsing them: keys are text, and two

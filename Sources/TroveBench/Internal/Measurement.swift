@@ -1,4 +1,5 @@
 public import Foundation
+import TroveCore
 
 #if canImport(Glibc)
     import Glibc
@@ -10,6 +11,8 @@ struct Measurement {
     var total: Duration = .zero
     /// The process's CPU time (user + system, every thread) over the run, when measured.
     var cpuSeconds: Double?
+    /// The process's peak resident memory over the run, when measured.
+    var peakResidentBytes: Int?
 
     var seconds: Double {
         Double(total.components.seconds) + Double(total.components.attoseconds) / 1e18
@@ -40,6 +43,7 @@ func measure<T>(
     // writeback of what earlier workloads left dirty, and the order of workloads decides the
     // numbers.
     if synced { sync() }
+    ResidentMemory.resetPeak()
     let clock = ContinuousClock()
     var total = Duration.zero
     for i in 0..<count {
@@ -54,6 +58,57 @@ func measure<T>(
     let t0 = clock.now
     try finish()
     m.total = total + (clock.now - t0)
+    m.peakResidentBytes = ResidentMemory.peakBytes()
+    return m
+}
+
+/// Runs `body(i)` for every `i` in `0..<count` on `threads` threads at once (thread `t` takes
+/// `t`, `t + threads`, …), after a `sync()` like ``measure(_:finish:_:check:synced:)``. Each
+/// call's latency is kept; the total is the wall time from the start until every thread is done
+/// and `finish` has returned. The first error any thread throws is rethrown (the other threads
+/// stop at their next item).
+func measureConcurrently(
+    _ count: Int, threads: Int, finish: () throws -> Void = {}, _ body: @escaping @Sendable (Int) throws -> Void
+) throws -> Measurement {
+    sync()
+    ResidentMemory.resetPeak()
+    let failure = Locked<(any Error)?>(nil)
+    let latencies = Locked([[UInt64]](repeating: [], count: threads))
+    let done = DispatchGroup()
+    let clock = ContinuousClock()
+    let start = clock.now
+    for t in 0..<threads {
+        done.enter()
+        let thread = Thread {
+            defer { done.leave() }
+            var mine: [UInt64] = []
+            mine.reserveCapacity(count / threads + 1)
+            var i = t
+            while i < count, failure.withLock({ $0 == nil }) {
+                let t0 = clock.now
+                do {
+                    try body(i)
+                } catch {
+                    failure.withLock { if $0 == nil { $0 = error } }
+                    break
+                }
+                let elapsed = clock.now - t0
+                mine.append(
+                    UInt64(elapsed.components.seconds) * 1_000_000_000 + UInt64(elapsed.components.attoseconds / 1_000_000_000))
+                i += threads
+            }
+            latencies.withLock { $0[t] = mine }
+        }
+        thread.stackSize = 1 << 20
+        thread.start()
+    }
+    done.wait()
+    if let error = failure.withLock({ $0 }) { throw error }
+    try finish()
+    var m = Measurement()
+    m.total = clock.now - start
+    m.latencies = latencies.withLock { $0.flatMap { $0 } }
+    m.peakResidentBytes = ResidentMemory.peakBytes()
     return m
 }
 

@@ -1,0 +1,144 @@
+public import Foundation
+
+/// An image cache's day, each engine in a fresh process of its own: a catalog of image-sized
+/// entries (80 % 5–50 KB, 17 % 100–500 KB, 3 % 1–4 MB) written by this process, then a new
+/// process opens the engine, reads every key once (the **first read**: nothing of the engine is
+/// in that process yet, the files are in the page cache), then runs a Zipf-popular stream of
+/// gets. The child reports its latencies and its peak resident memory, which is then the
+/// engine's alone (nothing else runs in it, there is no memory tier).
+///
+/// The child is this program run again with `bench-worker` (``worker(arguments:)``); the
+/// workload runs only when ``BenchmarkPlan/workerExecutable`` names the program.
+public enum FirstReadBenchmark {
+    /// What a child reports.
+    public struct WorkerReport: Codable, Sendable {
+        /// Nanoseconds of each first read, in the order read.
+        public var firstReads: [UInt64]
+        public var firstReadSeconds: Double
+        /// Nanoseconds of each get of the Zipf stream.
+        public var zipfGets: [UInt64]
+        public var zipfSeconds: Double
+        /// Resident memory after opening the engine, and the peak over the whole child, bytes.
+        public var residentAfterOpen: Int?
+        public var peakResident: Int?
+    }
+
+    /// The engines, by the name the child is given.
+    static let engines = ["trove", "files", "sqlite"]
+
+    /// The catalog's entry sizes (the same every run).
+    static func sizes(items: Int) -> [Int] {
+        var generator = SplitMix(state: 11)
+        return (0..<items).map { _ in
+            let roll = Int.random(in: 0..<100, using: &generator)
+            return roll < 80
+                ? Int.random(in: 5_000...50_000, using: &generator)
+                : roll < 97
+                    ? Int.random(in: 100_000...500_000, using: &generator)
+                    : Int.random(in: 1_000_000...4_000_000, using: &generator)
+        }
+    }
+
+    static func key(_ item: Int) -> String { "https://img.example/catalog/\(item).jpg" }
+    static func valueID(_ item: Int) -> UInt64 { 70_000_000 + UInt64(item) }
+
+    /// Writes the catalog into each engine, then runs one child per engine; two rows per engine.
+    static func run(
+        plan: BenchmarkPlan, pool: ContentPool, directory: String, executable: String, progress: (String) -> Void
+    ) throws -> [BenchmarkResult] {
+        let items = plan.operations(3_000)
+        let operations = plan.operations(20_000)
+        let sizes = sizes(items: items)
+        let megabytes = Double(sizes.reduce(0, +)) / 1e6
+        var rows: [BenchmarkResult] = []
+        for engine in engines {
+            let path = directory + "/" + engine
+            progress("first reads: writing \(items) entries (\(Int(megabytes)) MB) into \(engine)")
+            let store = try open(engine, directory: path)
+            for item in 0..<items {
+                try store.put(pool.value(id: valueID(item), size: sizes[item]), key: key(item), etag: "e")
+            }
+            try store.flush()
+            try store.close()
+        }
+        sync()
+        for engine in engines {
+            progress("first reads: a fresh process reads \(engine)")
+            let report = try runChild(
+                executable, ["bench-worker", engine, directory + "/" + engine, String(items), String(operations)])
+            let name = ["trove": "Trove", "files": "FilePerEntry", "sqlite": "SQLiteBlob"][engine]!
+            let peak = report.peakResident.map { Double($0) / 1_048_576 }
+            var first = Measurement()
+            first.latencies = report.firstReads
+            first.total = .nanoseconds(Int64(report.firstReadSeconds * 1e9))
+            var zipf = Measurement()
+            zipf.latencies = report.zipfGets
+            zipf.total = .nanoseconds(Int64(report.zipfSeconds * 1e9))
+            for (workload, m) in [("first read (fresh process)", first), ("Zipf gets after first reads", zipf)] {
+                var row = BenchmarkResult(
+                    workload: workload, engine: name, operations: m.latencies.count, seconds: m.seconds,
+                    opsPerSecond: Double(m.latencies.count) / max(m.seconds, 1e-9), p50Microseconds: m.percentile(50),
+                    p99Microseconds: m.percentile(99), metric: peak, metricName: "child's peak RSS MiB")
+                row.peakResidentMiB = peak
+                rows.append(row)
+            }
+        }
+        return rows
+    }
+
+    /// The child: `engine directory items operations`. Prints a ``WorkerReport`` as JSON.
+    public static func worker(arguments: [String]) throws -> WorkerReport {
+        guard arguments.count == 4, engines.contains(arguments[0]), let items = Int(arguments[2]),
+            let operations = Int(arguments[3]), items > 0, operations >= 0
+        else {
+            throw BenchmarkError("bench-worker: expected ENGINE DIRECTORY ITEMS OPERATIONS, got \(arguments)")
+        }
+        let sizes = sizes(items: items)
+        let store = try open(arguments[0], directory: arguments[1])
+        defer { try? store.close() }
+        let residentAfterOpen = ResidentMemory.currentBytes()
+        var generator = SplitMix(state: 5)
+        let order = (0..<items).shuffled(using: &generator)
+        func check(_ item: Int, _ data: Data?) throws {
+            guard let data, data.count == sizes[item], ContentPool.id(of: data) == valueID(item) else {
+                throw BenchmarkError("bench-worker \(arguments[0]): \(key(item)) read back wrong")
+            }
+        }
+        let first = try measure(items, { try store.get(key(order[$0])) }, check: { try check(order[$0], $1) }, synced: false)
+        let zipfSampler = ZipfSampler(count: items, exponent: 0.9)
+        let stream = (0..<operations).map { _ in zipfSampler.next(using: &generator) }
+        let zipf = try measure(operations, { try store.get(key(stream[$0])) }, check: { try check(stream[$0], $1) }, synced: false)
+        return WorkerReport(
+            firstReads: first.latencies, firstReadSeconds: first.seconds, zipfGets: zipf.latencies, zipfSeconds: zipf.seconds,
+            residentAfterOpen: residentAfterOpen, peakResident: ResidentMemory.peakBytes())
+    }
+
+    private static func open(_ engine: String, directory: String) throws -> any BlobStoring {
+        switch engine {
+        case "trove": return try TroveEngine(directory: directory)
+        case "files": return try FilePerEntryEngine(directory: directory)
+        default: return try SQLiteBlobEngine(directory: directory)
+        }
+    }
+
+    private static func runChild(_ executable: String, _ arguments: [String]) throws -> WorkerReport {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        let output = Pipe()
+        let errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        // Read before waiting: a child whose output fills the pipe would never exit.
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        let messages = errors.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw BenchmarkError(
+                "bench-worker \(arguments.dropFirst().first ?? "") exited with \(process.terminationStatus): "
+                    + String(decoding: messages, as: UTF8.self))
+        }
+        return try JSONDecoder().decode(WorkerReport.self, from: data)
+    }
+}
