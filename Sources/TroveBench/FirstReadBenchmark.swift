@@ -107,7 +107,8 @@ public enum FirstReadBenchmark {
         let first = try measure(items, { try store.get(key(order[$0])) }, check: { try check(order[$0], $1) }, synced: false)
         let zipfSampler = ZipfSampler(count: items, exponent: 0.9)
         let stream = (0..<operations).map { _ in zipfSampler.next(using: &generator) }
-        let zipf = try measure(operations, { try store.get(key(stream[$0])) }, check: { try check(stream[$0], $1) }, synced: false)
+        let zipf = try measure(
+            operations, { try store.get(key(stream[$0])) }, check: { try check(stream[$0], $1) }, synced: false)
         return WorkerReport(
             firstReads: first.latencies, firstReadSeconds: first.seconds, zipfGets: zipf.latencies, zipfSeconds: zipf.seconds,
             residentAfterOpen: residentAfterOpen, peakResident: ResidentMemory.peakBytes())
