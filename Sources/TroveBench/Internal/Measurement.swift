@@ -14,6 +14,13 @@ struct Measurement {
     /// The process's peak resident memory over the run, when measured.
     var peakResidentBytes: Int?
 
+    /// Adds one operation's latency to the latencies and the total.
+    mutating func add(_ elapsed: Duration) {
+        total += elapsed
+        latencies.append(
+            UInt64(elapsed.components.seconds) * 1_000_000_000 + UInt64(elapsed.components.attoseconds / 1_000_000_000))
+    }
+
     var seconds: Double {
         Double(total.components.seconds) + Double(total.components.attoseconds) / 1e18
     }
