@@ -59,8 +59,7 @@ extension Store {
     public func putWithoutWaiting(_ data: Data, for key: CacheKey, metadata: EntryMetadata = EntryMetadata())
         throws(StoreError) -> ContentHash?
     {
-        if configuration.durability == .full { return nil }
-        return try data.withUnsafeBytes { bytes in
+        try data.withUnsafeBytes { bytes in
             Result { () throws(StoreError) in try put(bytes, for: key, metadata: metadata, mayWait: false) }
         }.get()
     }
@@ -76,6 +75,8 @@ extension Store {
                 code: .valueTooLarge,
                 message: "\(key): \(bytes.count) bytes is over the limit of \(Self.maximumValueLength) bytes", key: key)
         }
+        // Under `full` every put waits: refused before spending a pass over the bytes.
+        if !mayWait, configuration.durability == .full { return nil }
         let hash = configuration.contentHasher(bytes)
         let length = UInt64(bytes.count)
         let digest = key.digest

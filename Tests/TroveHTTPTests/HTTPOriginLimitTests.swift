@@ -176,7 +176,9 @@ struct HTTPOriginLimitTests {
 
     @Test func theGlobalConcurrencyLimitHolds() async throws {
         try await withOriginServer { server in
-            server.set("/slow", OriginResource(body: jpegLike(count: 1000), headDelay: .milliseconds(100)))
+            // Long enough that three requests overlap however slowly connections open on a
+            // loaded machine.
+            server.set("/slow", OriginResource(body: jpegLike(count: 1000), headDelay: .milliseconds(400)))
             try await withHTTPOrigin(limits: testLimits(perHost: 8, total: 3)) { origin in
                 try await withThrowingTaskGroup(of: Int.self) { group in
                     for index in 0..<10 {

@@ -128,24 +128,24 @@ import TroveTestSupport
     @Test func agreesOnNearValidForms() {
         var rng = Generator(state: 0x5EED_0001)
         var accepted = 0
-        for _ in 0..<40_000 {
+        for _ in 0..<4_000 {
             let text = Self.nearValid(&rng)
             if Self.legacyPolicy(encoded: text) != nil { accepted += 1 }
             check(text)
         }
         // The corpus reaches both outcomes.
-        #expect(accepted > 1_000)
+        #expect(accepted > 100)
     }
 
     @Test func agreesOnRandomFieldSequences() {
         var rng = Generator(state: 0x5EED_0002)
-        for _ in 0..<40_000 { check(Self.random(&rng)) }
+        for _ in 0..<4_000 { check(Self.random(&rng)) }
     }
 
     @Test func agreesOnRandomBytes() {
         var rng = Generator(state: 0x5EED_0003)
         let alphabet = Array("v1;=-!0rtgnx9".unicodeScalars)
-        for _ in 0..<40_000 {
+        for _ in 0..<4_000 {
             var view = String.UnicodeScalarView()
             if Bool.random(using: &rng) { view.append(contentsOf: "v1;".unicodeScalars) }
             for _ in 0..<Int.random(in: 0...24, using: &rng) { view.append(alphabet.randomElement(using: &rng)!) }
@@ -155,7 +155,7 @@ import TroveTestSupport
 
     @Test func agreesOnRoundTripsOfRealPolicies() {
         var rng = Generator(state: 0x5EED_0004)
-        for _ in 0..<5_000 {
+        for _ in 0..<1_000 {
             var directives = CacheControl()
             if Bool.random(using: &rng) { directives.maxAge = .seconds(Int.random(in: 0...2_147_483_648, using: &rng)) }
             if Bool.random(using: &rng) { directives.maxAge = .invalid }

@@ -328,6 +328,10 @@ import TroveTestSupport
             #expect(try store.putWithoutWaiting(Data([1, 2, 3]), for: key(1)) == nil)
             #expect(try store.contains(key(1)) == false)
             #expect(store.appender.withLock { $0.queue.count } == 0)
+            // Its arguments are still checked first, as a put's are.
+            #expect(throws: StoreError.self) {
+                _ = try store.putWithoutWaiting(Data([1]), for: CacheKey(url: "https://img.example/\u{0}.jpg"))
+            }
         }
     }
 

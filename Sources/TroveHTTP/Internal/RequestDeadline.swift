@@ -6,8 +6,8 @@ import TroveCore
 /// AsyncHTTPClient's own deadline covers a request until its response head; the body is
 /// streamed afterwards. So the whole-request timeout is enforced here: the fetch runs as a task
 /// of its own, and a timer on an event loop cancels that task at the deadline (which cancels
-/// the HTTP request and closes its connection); the fetch's `cancelled` is then reported as the
-/// timeout it is. The caller's cancellation cancels the task too. A fetch that ends first
+/// the HTTP request and closes its connection); the fetch's `cancelled` (or the cut connection
+/// or body that cancelling causes) is then reported as the timeout it is. The caller's cancellation cancels the task too. A fetch that ends first
 /// cancels the timer, so nothing is left scheduled (a sleeping timer task would stay queued in
 /// the dispatch timer heap until its deadline, one per request).
 enum RequestDeadline {
@@ -33,7 +33,12 @@ enum RequestDeadline {
             if case .failure(let error) = outcome, error.code != .cancelled { return .failure(.cancelled(url)) }
             return outcome
         }
-        if case .failure = outcome, timedOut.withLock({ $0 }) {
+        // After the timer fired, a failure that its cancellation can cause — the fetch
+        // cancelled, its connection or body cut — is the timeout. A definite answer that came
+        // first (a status, a body that is not an image, over the limit) stays what it is.
+        if case .failure(let error) = outcome, timedOut.withLock({ $0 }),
+            [OriginError.Code.cancelled, .transport, .truncated].contains(error.code)
+        {
             return .failure(
                 OriginError(
                     code: .timeout,
