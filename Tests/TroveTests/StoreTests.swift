@@ -294,6 +294,32 @@ import TroveTestSupport
         }
     }
 
+    /// A commit drops the slots of committed removals (the index answers for them) and keeps
+    /// the entries and the removals still queued — found without walking every slot.
+    @Test func aCommitDropsCommittedRemovalsOnly() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir) { $0.batchInterval = .seconds(3_600) }
+            for i in 0..<100 { try store.put(Data([UInt8(i)]), for: key(i)) }
+            for i in 0..<50 { try store.remove(key(i)) }
+            try store.flush()
+            #expect(store.shared.withLock { $0.map.count } == 50)
+            // Removals not committed yet keep their slots (a reader must not ask the index);
+            // the committer is held so that none commits meanwhile.
+            try store.committer.withLock { _ in
+                for i in 50..<60 { try store.remove(key(i)) }
+            }
+            #expect(store.shared.withLock { $0.map.count } == 50)
+            try store.flush()
+            #expect(store.shared.withLock { $0.map.count } == 40)
+            try store.put(Data([7]), for: key(5))  // a removed key stored again is an entry
+            try store.flush()
+            #expect(store.shared.withLock { $0.map.count } == 41)
+            for i in 0..<100 {
+                #expect(try store.data(for: key(i)) == (i == 5 ? Data([7]) : i < 60 ? nil : Data([UInt8(i)])))
+            }
+        }
+    }
+
     @Test func locationCacheLimitIsHonoured() async throws {
         try await withTemporaryDirectory { dir in
             let store = try openStore(dir) { $0.locationCacheLimit = 10 }

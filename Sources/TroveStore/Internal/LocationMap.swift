@@ -27,6 +27,9 @@ struct LocationMap {
 
     /// Recently written or read keys.
     private var slots: [CacheKey: Slot] = [:]
+    /// The keys whose slot is `.removed`: what a commit may drop, found without walking every
+    /// slot (a commit cycle must cost what it commits, not what the map holds).
+    private var removedKeys: Set<CacheKey> = []
     /// Keys whose state opening found in the packs but could not write to the index (a full
     /// disk): looked up after `slots` and before the index, until the commit cycle that
     /// applies that replay calls ``unpin()``.
@@ -62,12 +65,14 @@ struct LocationMap {
     /// A put of `key` appended `entry`'s records.
     mutating func stored(_ entry: IndexedEntry, for key: CacheKey) {
         slots[key] = .present(entry)
+        removedKeys.remove(key)
         changed(key, .stored)
     }
 
     /// A tombstone for `key` was appended.
     mutating func removed(_ key: CacheKey) {
         slots[key] = .removed
+        removedKeys.insert(key)
         changed(key, .removed)
     }
 
@@ -140,14 +145,18 @@ struct LocationMap {
     /// After a commit: the index answers for every committed write. Keeps only the slots of
     /// writes still `waiting` when the map holds more than `limit` keys; otherwise drops the
     /// committed removals (entries stay cached).
+    ///
+    /// - Complexity: O(removals in the map + `waiting`); O(n) only when the map is over
+    ///   `limit` (it then keeps `waiting` alone, so that happens once per `limit` fills).
     mutating func committed(waiting: Set<CacheKey>, limit: Int) {
         if slots.count > limit {
-            slots = slots.filter { waiting.contains($0.key) }
+            var kept: [CacheKey: Slot] = [:]
+            for key in waiting { if let slot = slots[key] { kept[key] = slot } }
+            slots = kept
         } else {
-            slots = slots.filter { slot in
-                if case .removed = slot.value { waiting.contains(slot.key) } else { true }
-            }
+            for key in removedKeys where !waiting.contains(key) { slots[key] = nil }
         }
+        removedKeys = removedKeys.filter { waiting.contains($0) && slots[$0] != nil }
         // No bump: a dropped slot's write is in the index now, and a fill that began before
         // the write already saw the generation move.
     }
@@ -155,6 +164,7 @@ struct LocationMap {
     /// The store closed.
     mutating func removeAll() {
         slots.removeAll()
+        removedKeys.removeAll()
         pinned.removeAll()
         generation &+= 1
     }
