@@ -260,7 +260,9 @@ final class ManualTimerLoop: EventLoop, @unchecked Sendable {
                     return await Self.untilCancelled()
                 }
             }
-            #expect(await Self.eventually { alive.withLock { $0 } == 1 })
+            // The timer is in place before the operation runs (RequestDeadline schedules it
+            // first); firing before it existed would leave the operation waiting forever.
+            #expect(await Self.eventually { alive.withLock { $0 } == 1 && loop.pendingCount == 1 })
             if Bool.random() { loop.fire() } else { task.cancel() }
             _ = await task.value
             #expect(alive.withLock { $0 } == 0)

@@ -15,13 +15,23 @@ enum RequestDeadline {
         until deadline: ContinuousClock.Instant, url: String, timeout: Duration, on eventLoop: any EventLoop,
         _ operation: @escaping @Sendable () async -> Result<Value, OriginError>
     ) async -> Result<Value, OriginError> {
-        let timedOut = Locked(false)
-        let fetch = Task { await operation() }
+        // The timer is scheduled before the fetch starts, so no fetch ever runs without it; a
+        // timer that fires before the task is in place leaves it to be cancelled at once.
+        let race = Locked<(timedOut: Bool, fetch: Task<Result<Value, OriginError>, Never>?)>((false, nil))
         let remaining = max(deadline - ContinuousClock.now, .zero)
         let timer = eventLoop.scheduleTask(in: TimeAmount(remaining)) {
-            timedOut.withLock { $0 = true }
-            fetch.cancel()
+            let fetch = race.withLock { race in
+                race.timedOut = true
+                return race.fetch
+            }
+            fetch?.cancel()
         }
+        let fetch = Task { await operation() }
+        let alreadyTimedOut = race.withLock { race in
+            race.fetch = fetch
+            return race.timedOut
+        }
+        if alreadyTimedOut { fetch.cancel() }
         let outcome = await withTaskCancellationHandler {
             await fetch.value
         } onCancel: {
@@ -36,7 +46,7 @@ enum RequestDeadline {
         // After the timer fired, a failure that its cancellation can cause — the fetch
         // cancelled, its connection or body cut — is the timeout. A definite answer that came
         // first (a status, a body that is not an image, over the limit) stays what it is.
-        if case .failure(let error) = outcome, timedOut.withLock({ $0 }),
+        if case .failure(let error) = outcome, race.withLock({ $0.timedOut }),
             [OriginError.Code.cancelled, .transport, .truncated].contains(error.code)
         {
             return .failure(
