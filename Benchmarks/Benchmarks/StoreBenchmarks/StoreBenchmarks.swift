@@ -39,6 +39,39 @@ final class Shared: @unchecked Sendable {
     }
 }
 
+/// The index-apply benchmarks' stores, filled once per process and kept (ordo calls a
+/// benchmark's closure once per sample); removed when the process exits normally.
+enum ApplyFixture {
+    nonisolated(unsafe) private static var stores: [Int: (store: Store, pool: ContentPool, next: Int)] = [:]
+
+    static func store(entries: Int) throws -> (Store, ContentPool) {
+        if let made = stores[entries] { return (made.store, made.pool) }
+        let directory = FileManager.default.temporaryDirectory.path + "/trove-ordo-apply-\(entries)-\(getpid())"
+        var configuration = Store.Configuration(durability: .none)
+        configuration.batchInterval = .seconds(3_600)
+        configuration.batchSize = 1 << 20
+        configuration.compactionInterval = nil
+        let store = try Store(directory: directory, configuration: configuration)
+        let pool = ContentPool()
+        for i in 0..<entries {
+            try store.put(pool.value(id: UInt64(i), size: 1024), for: CacheKey(url: "fill-\(i)"))
+            if i % 4096 == 4095 { try store.flush() }
+        }
+        try store.flush()
+        stores[entries] = (store, pool, entries)
+        atexit {
+            for (_, made) in ApplyFixture.stores {
+                try? made.store.close()
+                try? FileManager.default.removeItem(atPath: made.store.directory)
+            }
+        }
+        return (store, pool)
+    }
+
+    static func next(_ entries: Int) -> Int { stores[entries]?.next ?? entries }
+    static func setNext(_ entries: Int, _ value: Int) { stores[entries]?.next = value }
+}
+
 /// A benchmark that did not do the work it names fails with this.
 struct WorkNotDone: Error, CustomStringConvertible {
     let description: String
@@ -166,6 +199,37 @@ let benchmarks: @Sendable () -> Void = {
             let report = try store.compact()
             benchmark.stopMeasurement()
             guard report.segmentsDeleted > 0 || round == 1 else { throw WorkNotDone("the compaction pass reclaimed nothing") }
+        }
+    }
+
+    // The committer's cost of applying puts to the index (issue 11): a store of N entries of
+    // 1 KiB, then per iteration 256 new 4 KiB values put with nothing committing in the
+    // background, and the one commit cycle that applies them (no fsync) measured. N = 100 000;
+    // 1 000 000 too with TROVE_BENCH_APPLY_MILLION=1 (filling it takes minutes). `trove bench`
+    // shows the same per put, at 10 000 and --scale-entries N, in its scaling rows.
+    let million = ProcessInfo.processInfo.environment["TROVE_BENCH_APPLY_MILLION"] == "1"
+    let applySizes = [100_000] + (million ? [1_000_000] : [])
+    for entries in applySizes {
+        Benchmark(
+            "index apply, 256 puts of 4 KiB at \(entries) entries / Trove",
+            configuration: .init(metrics: [.wallClock, .throughput], maxDuration: .seconds(10), maxIterations: 200)
+        ) { benchmark in
+            // Filled once per process: ordo calls this closure for every sample.
+            let (store, pool) = try ApplyFixture.store(entries: entries)
+            var next = ApplyFixture.next(entries)
+            for _ in benchmark.scaledIterations {
+                for _ in 0..<256 {
+                    try store.put(pool.value(id: UInt64(next), size: 4096), for: CacheKey(url: "apply-\(next)"))
+                    next += 1
+                }
+                benchmark.startMeasurement()
+                try store.flush()
+                benchmark.stopMeasurement()
+            }
+            ApplyFixture.setNext(entries, next)
+            guard try store.data(for: CacheKey(url: "apply-\(next - 1)"))?.count == 4096 else {
+                throw WorkNotDone("the last applied put does not read back")
+            }
         }
     }
 
