@@ -176,7 +176,7 @@ public final class BenchmarkSuite {
     ) throws {
         let label = size >= 1 << 20 ? "\(size >> 20)MiB" : "\(size >> 10)KiB"
         let values = (0..<count).map { pool.value(id: UInt64(size * 10 + $0), size: size) }
-        func put(_ engine: any BlobStoring, tag: String, count: Int) throws {
+        func put(_ engine: any BlobStoring & Sendable, tag: String, count: Int) throws {
             progress("put \(label) × \(count): \(engine.name)")
             let m = try measure(count, finish: engine.flush) { i in
                 try engine.put(values[i], key: "put-\(label)-\(tag)-\(i)", etag: "e\(i)")
@@ -184,23 +184,8 @@ public final class BenchmarkSuite {
             record("put \(label)", engine, m)
             try verifySample(engine, count: count) { ("put-\(label)-\(tag)-\($0)", values[$0]) }
         }
-        // Like with like: page-cache durability first, then fsync-per-write durability.
-        try put(trove, tag: "main", count: count)
-        try trove.reopen(durability: .none)
-        try put(trove, tag: "none", count: count)
-        try trove.reopen(durability: .batched)
-        try put(files, tag: "main", count: count)
-        try put(sqlite, tag: "main", count: count)
-        let durableCount = max(20, count / 4)
-        try trove.reopen(durability: .full)
-        try put(trove, tag: "full", count: durableCount)
-        try trove.reopen(durability: .batched)
-        files.fsyncWrites = true
-        try put(files, tag: "fsync", count: durableCount)
-        files.fsyncWrites = false
-        try sqlite.setSynchronousFull(true)
-        try put(sqlite, tag: "full", count: durableCount)
-        try sqlite.setSynchronousFull(false)
+        try atEveryLevel(
+            trove: trove, files: files, sqlite: sqlite, count: count, durableCount: max(20, count / 4), put)
 
         // Warm gets of what each engine just stored: one untimed pass, then timed passes in a
         // shuffled order, every value compared.
@@ -227,6 +212,31 @@ public final class BenchmarkSuite {
         sqlite.updatesAccessTime = true
     }
 
+    /// Runs `put` with each engine at each durability level, like with like: the page-cache
+    /// levels first (Trove `batched` and `none`, FilePerEntry, SQLite NORMAL; `count` puts),
+    /// then the fsync-per-write ones (Trove `full`, FilePerEntry fsync, SQLite FULL;
+    /// `durableCount`), leaving every engine at its default level.
+    private func atEveryLevel(
+        trove: TroveEngine, files: FilePerEntryEngine, sqlite: SQLiteBlobEngine, count: Int, durableCount: Int,
+        _ put: (_ engine: any BlobStoring & Sendable, _ tag: String, _ count: Int) throws -> Void
+    ) throws {
+        try put(trove, "main", count)
+        try trove.reopen(durability: .none)
+        try put(trove, "none", count)
+        try trove.reopen(durability: .batched)
+        try put(files, "main", count)
+        try put(sqlite, "main", count)
+        try trove.reopen(durability: .full)
+        try put(trove, "full", durableCount)
+        try trove.reopen(durability: .batched)
+        files.fsyncWrites = true
+        try put(files, "fsync", durableCount)
+        files.fsyncWrites = false
+        try sqlite.setSynchronousFull(true)
+        try put(sqlite, "full", durableCount)
+        try sqlite.setSynchronousFull(false)
+    }
+
     /// Eight threads putting distinct 20 KB values at once — image downloads finishing
     /// together — with each engine at each durability level. This is where group commit pays:
     /// Trove `full` shares one `fdatasync` among the writers waiting at the same moment, one
@@ -246,21 +256,7 @@ public final class BenchmarkSuite {
             record(workload, engine, m)
             try verifySample(engine, count: count) { ("writers-\(tag)-\($0)", values[$0]) }
         }
-        try put(trove, tag: "main", count: count)
-        try trove.reopen(durability: .none)
-        try put(trove, tag: "none", count: count)
-        try trove.reopen(durability: .batched)
-        try put(files, tag: "main", count: count)
-        try put(sqlite, tag: "main", count: count)
-        try trove.reopen(durability: .full)
-        try put(trove, tag: "full", count: durableCount)
-        try trove.reopen(durability: .batched)
-        files.fsyncWrites = true
-        try put(files, tag: "fsync", count: durableCount)
-        files.fsyncWrites = false
-        try sqlite.setSynchronousFull(true)
-        try put(sqlite, tag: "full", count: durableCount)
-        try sqlite.setSynchronousFull(false)
+        try atEveryLevel(trove: trove, files: files, sqlite: sqlite, count: count, durableCount: durableCount, put)
     }
 
     /// 90 % gets, 10 % puts over a Zipf-popular catalog of image-like sizes; a miss is fetched
@@ -269,14 +265,7 @@ public final class BenchmarkSuite {
         let items = plan.operations(3_000)
         let operations = plan.operations(20_000)
         var generator = SplitMix(state: 7)
-        let sizes: [Int] = (0..<items).map { _ in
-            let roll = Int.random(in: 0..<100, using: &generator)
-            return roll < 80
-                ? Int.random(in: 5_000...50_000, using: &generator)
-                : roll < 97
-                    ? Int.random(in: 100_000...500_000, using: &generator)
-                    : Int.random(in: 1_000_000...4_000_000, using: &generator)
-        }
+        let sizes = imageSizes(count: items, using: &generator)
         let zipf = ZipfSampler(count: items)
         var version = [Int](repeating: 0, count: items)
         var expected = [UInt64?](repeating: nil, count: items)
@@ -457,26 +446,20 @@ public final class BenchmarkSuite {
     /// transaction that applies them, no fsync — is timed. Each row's latency is a cycle's time
     /// ÷ 256; the metric is the mean over every cycle.
     private func indexApply(directory: String, entries: Int) throws {
-        var configuration = Store.Configuration(durability: .none)
-        configuration.batchInterval = .seconds(3_600)
-        configuration.batchSize = 1 << 20
-        configuration.compactionInterval = nil
-        let store = try Store(directory: directory, configuration: configuration)
-        defer { try? store.close() }
-        let batch = 256
+        let probe = try IndexApplyProbe(directory: directory, pool: pool)
+        defer { try? probe.store.close() }
+        let batch = IndexApplyProbe.batch
         let rounds = max(20, plan.operations(100))
         progress("index apply: \(rounds) cycles of \(batch) puts at \(entries) entries")
         var m = Measurement()
         let clock = ContinuousClock()
-        for round in 0..<rounds {
-            for j in 0..<batch {
-                let id = UInt64(entries + round * batch + j)
-                try store.put(pool.value(id: id, size: 4096), for: CacheKey(url: "apply-\(id)"))
-            }
+        for _ in 0..<rounds {
+            try probe.prepare()
             let t0 = clock.now
-            try store.flush()
+            try probe.commit()
             let perPut = (clock.now - t0) / batch
             for _ in 0..<batch { m.add(perPut) }
+            try probe.verify()
         }
         let mean = m.seconds / Double(m.latencies.count) * 1e6
         record("index apply per put at \(entries) entries", name: "Trove committer", m, metric: mean, metricName: "µs per put")

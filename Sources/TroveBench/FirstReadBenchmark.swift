@@ -29,14 +29,7 @@ public enum FirstReadBenchmark {
     /// The catalog's entry sizes (the same every run).
     static func sizes(items: Int) -> [Int] {
         var generator = SplitMix(state: 11)
-        return (0..<items).map { _ in
-            let roll = Int.random(in: 0..<100, using: &generator)
-            return roll < 80
-                ? Int.random(in: 5_000...50_000, using: &generator)
-                : roll < 97
-                    ? Int.random(in: 100_000...500_000, using: &generator)
-                    : Int.random(in: 1_000_000...4_000_000, using: &generator)
-        }
+        return imageSizes(count: items, using: &generator)
     }
 
     static func key(_ item: Int) -> String { "https://img.example/catalog/\(item).jpg" }

@@ -321,10 +321,6 @@ enum PipelineBenchmark {
         }
     }
 
-    static func nanoseconds(_ d: Duration) -> UInt64 {
-        UInt64(d.components.seconds) * 1_000_000_000 + UInt64(d.components.attoseconds / 1_000_000_000)
-    }
-
     static func row(_ workload: String, _ engine: String, _ m: Measurement, cpu: Bool = false) -> BenchmarkResult {
         let cpuPerOperation = m.cpuSeconds.map { $0 * 1e6 / Double(max(m.latencies.count, 1)) }
         var result = BenchmarkResult(

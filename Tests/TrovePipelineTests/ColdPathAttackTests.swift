@@ -16,44 +16,6 @@ import TroveTestSupport
 @Suite struct ColdPathAttackTests {
     let thumb = Variant(width: 64, height: 64)
 
-    /// A pipeline over a store configured by `configureStore`, fetching from a loopback origin.
-    func withPipeline(
-        configureStore: (inout Store.Configuration) -> Void = { _ in },
-        configure: (inout ImagePipeline.Configuration) -> Void = { _ in },
-        _ body: (PipelineFixture) async throws -> Void
-    ) async throws {
-        try await withTemporaryDirectory { dir in
-            let origin = try await OriginServer.start()
-            let clock = PipelineClock()
-            let memory = MemoryCache()
-            var storeConfiguration = Store.Configuration()
-            storeConfiguration.compactionInterval = nil
-            configureStore(&storeConfiguration)
-            memory.attach(to: &storeConfiguration)
-            let store = try Store(directory: dir + "/store", configuration: storeConfiguration)
-            let http = HTTPOrigin(limits: OriginLimits(connectTimeout: .seconds(2), requestTimeout: .seconds(5)))
-            var configuration = ImagePipeline.Configuration()
-            configuration.clock = clock.reading
-            configure(&configuration)
-            let pipeline = ImagePipeline(store: store, memory: memory, origin: http, configuration: configuration)
-            let fixture = PipelineFixture(
-                origin: origin, pipeline: pipeline, store: store, memory: memory, clock: clock, http: http)
-            do {
-                try await body(fixture)
-            } catch {
-                try? await pipeline.shutdown()
-                try? await http.shutdown()
-                try? await origin.shutdown()
-                try? store.close()
-                throw error
-            }
-            try await pipeline.shutdown()
-            try await http.shutdown()
-            try await origin.shutdown()
-            try store.close()
-        }
-    }
-
     func thumbnail(of bytes: [UInt8]) throws -> Data {
         Data(try ImageDecoder.thumbnail(bytes, variant: thumb, limits: DecodeLimits()).data)
     }
@@ -63,7 +25,7 @@ import TroveTestSupport
     /// The original is evicted while its variant survives; the origin changes. The new original
     /// must not be stored next to the old variant, in the store or in memory.
     @Test func anEvictedOriginalsSurvivingVariantGoesWhenANewOriginalArrives() async throws {
-        try await withPipeline { f in
+        try await PipelineFixture.with { f in
             let url = f.url("/e.jpg")
             let old = try jpeg(256, 192, seed: 1)
             let new = try jpeg(256, 192, seed: 90)
@@ -88,7 +50,7 @@ import TroveTestSupport
     /// The same, with the evicted original's variant only in the write queue (not committed):
     /// `keys(url:)` must see it.
     @Test func aQueuedVariantOfAnEvictedOriginalIsSeen() async throws {
-        try await withPipeline(configureStore: { $0.batchInterval = .seconds(3600) }) { f in
+        try await PipelineFixture.with(configureStore: { $0.batchInterval = .seconds(3600) }) { f in
             let url = f.url("/q.jpg")
             let new = try jpeg(seed: 44)
             let variantKey = CacheKey(url: url, variant: thumb.description)
@@ -107,7 +69,7 @@ import TroveTestSupport
     /// pool thread). When the variant's write comes, the variant of the old bytes must not be
     /// kept next to the new original.
     @Test func aVariantMadeFromTheOldOriginalWhileANewOneIsWrittenInline() async throws {
-        try await withPipeline(configure: { $0.blockingThreads = 2 }) { f in
+        try await PipelineFixture.with(configure: { $0.blockingThreads = 2 }) { f in
             let url = f.url("/r.jpg")
             let old = try jpeg(256, 192, seed: 5)
             let new = try jpeg(256, 192, seed: 120)
@@ -146,7 +108,7 @@ import TroveTestSupport
     /// Under `full` durability nothing is written inline: the write goes to the pool, and it is
     /// written once.
     @Test func fullDurabilityWritesOnceOnThePool() async throws {
-        try await withPipeline(configureStore: { $0.durability = .full }, configure: { $0.blockingThreads = 2 }) { f in
+        try await PipelineFixture.with(configureStore: { $0.durability = .full }, configure: { $0.blockingThreads = 2 }) { f in
             let url = f.url("/full.jpg")
             let bytes = try jpeg(seed: 9)
             f.origin.set("/full.jpg", f.resource(bytes, cacheControl: "max-age=600"))
@@ -172,7 +134,7 @@ import TroveTestSupport
     /// then the write goes to the pool (which waits for the commit). Nothing is lost, nothing
     /// is written twice, and every request completes once commits run again.
     @Test func backPressureFallsBackToThePoolAndLosesNothing() async throws {
-        try await withPipeline(
+        try await PipelineFixture.with(
             configureStore: {
                 $0.batchSize = 2
                 $0.batchInterval = .seconds(3600)
@@ -228,7 +190,7 @@ import TroveTestSupport
     /// A cold fetch in flight when the pipeline shuts down: its write (inline) must not happen,
     /// and its caller gets `shutDown`.
     @Test func shutdownWhileAColdFetchIsInFlight() async throws {
-        try await withPipeline { f in
+        try await PipelineFixture.with { f in
             let url = f.url("/sd.jpg")
             f.origin.set("/sd.jpg", f.resource(try jpeg(seed: 2), cacheControl: "max-age=600", headDelay: .milliseconds(400)))
             let pipeline = f.pipeline
@@ -249,7 +211,7 @@ import TroveTestSupport
 
     /// Over the inline limit the write goes to the pool; at the limit it is inline.
     @Test func theInlineLimitIsExact() async throws {
-        try await withPipeline(configure: { $0.blockingThreads = 2 }) { f in
+        try await PipelineFixture.with(configure: { $0.blockingThreads = 2 }) { f in
             let limit = ImagePipeline.inlineWriteLimit
             let small = try jpeg(seed: 1)
             func image(_ size: Int) -> [UInt8] { small + [UInt8](repeating: 0, count: size - small.count) }
@@ -276,7 +238,7 @@ import TroveTestSupport
     /// changing between rounds and originals evicted at random: every stored variant is a
     /// variant of the stored original.
     @Test func variantsAlwaysMatchTheirOriginalUnderChurn() async throws {
-        try await withPipeline { f in
+        try await PipelineFixture.with { f in
             let urls = (0..<3).map { f.url("/c\($0).jpg") }
             var originals: [[UInt8]] = []
             for seed in 0..<3 { originals.append(try jpeg(160, 120, seed: UInt8(seed * 70))) }

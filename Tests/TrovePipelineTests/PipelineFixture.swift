@@ -43,6 +43,7 @@ struct PipelineFixture {
     /// Runs `body` with a fixture; everything is shut down afterwards.
     static func with(
         limits: OriginLimits = OriginLimits(connectTimeout: .seconds(2), requestTimeout: .seconds(5)),
+        configureStore: (inout Store.Configuration) -> Void = { _ in },
         configure: (inout ImagePipeline.Configuration) -> Void = { _ in },
         _ body: (PipelineFixture) async throws -> Void
     ) async throws {
@@ -52,6 +53,7 @@ struct PipelineFixture {
             let memory = MemoryCache()
             var storeConfiguration = Store.Configuration()
             storeConfiguration.compactionInterval = nil
+            configureStore(&storeConfiguration)
             memory.attach(to: &storeConfiguration)
             let store = try Store(directory: dir + "/store", configuration: storeConfiguration)
             let http = HTTPOrigin(limits: limits)

@@ -39,37 +39,27 @@ final class Shared: @unchecked Sendable {
     }
 }
 
-/// The index-apply benchmarks' stores, filled once per process and kept (ordo calls a
+/// The index-apply benchmarks' probes, each store filled once per process and kept (ordo calls a
 /// benchmark's closure once per sample); removed when the process exits normally.
 enum ApplyFixture {
-    nonisolated(unsafe) private static var stores: [Int: (store: Store, pool: ContentPool, next: Int)] = [:]
+    nonisolated(unsafe) private static var probes: [Int: IndexApplyProbe] = [:]
 
-    static func store(entries: Int) throws -> (Store, ContentPool) {
-        if let made = stores[entries] { return (made.store, made.pool) }
+    static func probe(entries: Int) throws -> IndexApplyProbe {
+        if let made = probes[entries] { return made }
         let directory = FileManager.default.temporaryDirectory.path + "/trove-ordo-apply-\(entries)-\(getpid())"
-        var configuration = Store.Configuration(durability: .none)
-        configuration.batchInterval = .seconds(3_600)
-        configuration.batchSize = 1 << 20
-        configuration.compactionInterval = nil
-        let store = try Store(directory: directory, configuration: configuration)
-        let pool = ContentPool()
-        for i in 0..<entries {
-            try store.put(pool.value(id: UInt64(i), size: 1024), for: CacheKey(url: "fill-\(i)"))
-            if i % 4096 == 4095 { try store.flush() }
-        }
-        try store.flush()
-        stores[entries] = (store, pool, entries)
-        atexit {
-            for (_, made) in ApplyFixture.stores {
-                try? made.store.close()
-                try? FileManager.default.removeItem(atPath: made.store.directory)
+        let probe = try IndexApplyProbe(directory: directory, pool: ContentPool())
+        try probe.fill(entries: entries)
+        if probes.isEmpty {
+            atexit {
+                for (_, probe) in ApplyFixture.probes {
+                    try? probe.store.close()
+                    try? FileManager.default.removeItem(atPath: probe.store.directory)
+                }
             }
         }
-        return (store, pool)
+        probes[entries] = probe
+        return probe
     }
-
-    static func next(_ entries: Int) -> Int { stores[entries]?.next ?? entries }
-    static func setNext(_ entries: Int, _ value: Int) { stores[entries]?.next = value }
 }
 
 /// A benchmark that did not do the work it names fails with this.
@@ -215,20 +205,13 @@ let benchmarks: @Sendable () -> Void = {
             configuration: .init(metrics: [.wallClock, .throughput], maxDuration: .seconds(10), maxIterations: 200)
         ) { benchmark in
             // Filled once per process: ordo calls this closure for every sample.
-            let (store, pool) = try ApplyFixture.store(entries: entries)
-            var next = ApplyFixture.next(entries)
+            let probe = try ApplyFixture.probe(entries: entries)
             for _ in benchmark.scaledIterations {
-                for _ in 0..<256 {
-                    try store.put(pool.value(id: UInt64(next), size: 4096), for: CacheKey(url: "apply-\(next)"))
-                    next += 1
-                }
+                try probe.prepare()
                 benchmark.startMeasurement()
-                try store.flush()
+                try probe.commit()
                 benchmark.stopMeasurement()
-            }
-            ApplyFixture.setNext(entries, next)
-            guard try store.data(for: CacheKey(url: "apply-\(next - 1)"))?.count == 4096 else {
-                throw WorkNotDone("the last applied put does not read back")
+                try probe.verify()
             }
         }
     }

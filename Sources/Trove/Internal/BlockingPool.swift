@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TroveCore
 
 /// A fixed set of threads for work that can block: store writes (an `fdatasync` under `full`
@@ -20,11 +21,13 @@ final class BlockingPool: Sendable {
     private struct State {
         var queue: [Job] = []
         var head = 0
-        var isShutDown = false
     }
 
     /// Lock order: `state` is a leaf; nothing else is locked while it is held.
     private let state = Locked(State())
+    /// Set once by ``shutdown()``, while `state` is held (so that no job is queued after it);
+    /// read without the lock by ``isShutDown``, which every pipeline request asks.
+    private let shutDownFlag = Atomic<Bool>(false)
     private let available = DispatchSemaphore(value: 0)
     /// The number of threads.
     let threadCount: Int
@@ -73,7 +76,7 @@ final class BlockingPool: Sendable {
     }
 
     /// Whether ``shutdown()`` has been called.
-    var isShutDown: Bool { state.withLock { $0.isShutDown } }
+    var isShutDown: Bool { shutDownFlag.load(ordering: .acquiring) }
 
     /// The pool was shut down: no job is taken any more.
     struct ShutDown: Error {}
@@ -81,9 +84,8 @@ final class BlockingPool: Sendable {
     /// Stops the threads once the queue is empty. Jobs submitted afterwards fail with
     /// ``ShutDown``.
     func shutdown() {
-        let wasRunning = state.withLock { state in
-            defer { state.isShutDown = true }
-            return !state.isShutDown
+        let wasRunning = state.withLock { _ in
+            !shutDownFlag.exchange(true, ordering: .acquiringAndReleasing)
         }
         guard wasRunning else { return }
         for _ in 0..<threadCount { available.signal() }
@@ -91,7 +93,7 @@ final class BlockingPool: Sendable {
 
     private func enqueue(_ job: Job) -> Bool {
         let accepted = state.withLock { state in
-            guard !state.isShutDown else { return false }
+            guard !isShutDown else { return false }
             state.queue.append(job)
             return true
         }
@@ -114,7 +116,7 @@ final class BlockingPool: Sendable {
             }
             guard let job else {
                 // A shutdown signal (the queue is empty).
-                if state.withLock({ $0.isShutDown }) { return }
+                if isShutDown { return }
                 continue
             }
             job.body()

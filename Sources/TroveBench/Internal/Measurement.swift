@@ -17,8 +17,7 @@ struct Measurement {
     /// Adds one operation's latency to the latencies and the total.
     mutating func add(_ elapsed: Duration) {
         total += elapsed
-        latencies.append(
-            UInt64(elapsed.components.seconds) * 1_000_000_000 + UInt64(elapsed.components.attoseconds / 1_000_000_000))
+        latencies.append(nanoseconds(elapsed))
     }
 
     var seconds: Double {
@@ -52,19 +51,15 @@ func measure<T>(
     if synced { sync() }
     ResidentMemory.resetPeak()
     let clock = ContinuousClock()
-    var total = Duration.zero
     for i in 0..<count {
         let t0 = clock.now
         let result = try body(i)
-        let elapsed = clock.now - t0
-        total += elapsed
-        m.latencies.append(
-            UInt64(elapsed.components.seconds) * 1_000_000_000 + UInt64(elapsed.components.attoseconds / 1_000_000_000))
+        m.add(clock.now - t0)
         try check(i, result)
     }
     let t0 = clock.now
     try finish()
-    m.total = total + (clock.now - t0)
+    m.total += clock.now - t0
     m.peakResidentBytes = ResidentMemory.peakBytes()
     return m
 }
@@ -99,9 +94,7 @@ func measureConcurrently(
                     failure.withLock { if $0 == nil { $0 = error } }
                     break
                 }
-                let elapsed = clock.now - t0
-                mine.append(
-                    UInt64(elapsed.components.seconds) * 1_000_000_000 + UInt64(elapsed.components.attoseconds / 1_000_000_000))
+                mine.append(nanoseconds(clock.now - t0))
                 i += threads
             }
             latencies.withLock { $0[t] = mine }
@@ -189,6 +182,24 @@ struct ZipfSampler {
         }
         return low
     }
+}
+
+/// `count` sizes shaped like an image cache's entries: 80 % 5–50 KB, 17 % 100–500 KB,
+/// 3 % 1–4 MB (the mixed workload's catalog and the first-read workload's).
+func imageSizes(count: Int, using generator: inout SplitMix) -> [Int] {
+    (0..<count).map { _ in
+        let roll = Int.random(in: 0..<100, using: &generator)
+        return roll < 80
+            ? Int.random(in: 5_000...50_000, using: &generator)
+            : roll < 97
+                ? Int.random(in: 100_000...500_000, using: &generator)
+                : Int.random(in: 1_000_000...4_000_000, using: &generator)
+    }
+}
+
+/// `duration` in whole nanoseconds (a latency as the measurements keep it).
+func nanoseconds(_ duration: Duration) -> UInt64 {
+    UInt64(duration.components.seconds) * 1_000_000_000 + UInt64(duration.components.attoseconds / 1_000_000_000)
 }
 
 /// The CPU time the process has used so far (user + system, all threads), in seconds.
