@@ -4,41 +4,38 @@ public import TroveCore
 // recovery and the compactor rely on.
 
 extension IndexDatabase {
-    /// Blobs with this hash and length (more than one only after a hash collision).
-    public func blobs(hash: ContentHash, length: UInt64) throws(IndexError) -> [BlobRow] {
-        var out: [BlobRow] = []
-        try connection.statement("SELECT \(Self.blobColumns) FROM blobs b WHERE b.hash = ? AND b.length = ?")
-            .query([.blob(hash.bytes), .integer(Int64(length))]) { (r) throws(IndexError) in
-                out.append(Self.blobRow(r, from: 0))
-                return true
-            }
-        return out
-    }
-
     /// The blob with id `id`.
     public func blob(id: Int64) throws(IndexError) -> BlobRow? {
-        try connection.statement("SELECT \(Self.blobColumns) FROM blobs b WHERE b.id = ?")
-            .first([.integer(id)]) { Self.blobRow($0, from: 0) }
+        try statement(.blobByID).first([.integer(id)]) { Self.blobRow($0, from: 0) }
     }
 
     /// Adds blob `id` with no references yet; it becomes live when an entry links to it.
+    /// - Returns: false, changing nothing, when the index has a blob with that id already.
+    @discardableResult
     public func insertBlob(
         id: Int64, hash: ContentHash, length: UInt64, segment: UInt32, offset: UInt64, recordBytes: UInt64
-    ) throws(IndexError) {
-        try connection.statement(
-            "INSERT INTO blobs(id, hash, length, segment, offset, record_bytes, refs) VALUES (?, ?, ?, ?, ?, ?, 0)"
-        ).run([
-            .integer(id), .blob(hash.bytes), .integer(Int64(length)), .integer(Int64(segment)),
+    ) throws(IndexError) -> Bool {
+        try statement(.insertBlob).run([
+            .integer(id), .hash(hash), .integer(Int64(length)), .integer(Int64(segment)),
             .integer(Int64(offset)), .integer(Int64(recordBytes)),
         ])
+        return connection.changes > 0
+    }
+
+    /// Calls `body` with the id, hash and length of every blob row, in no order: what the
+    /// store's table of dedup candidates is loaded from.
+    public func forEachBlobHash(_ body: (Int64, ContentHash, UInt64) -> Void) throws(IndexError) {
+        try statement(.blobHints).query { (r) throws(IndexError) in
+            if let hash = r.hash(1) { body(r.int64(0), hash, r.position(2)) }
+            return true
+        }
     }
 
     func retainBlob(_ id: Int64) throws(IndexError) {
         // 0 → 1: the blob record becomes live bytes of its segment.
-        let after = try connection.statement(
-            "UPDATE blobs SET refs = refs + 1 WHERE id = ? RETURNING refs, segment, record_bytes"
-        )
-        .first([.integer(id)]) { ($0.int64(0), UInt32(truncatingIfNeeded: $0.int64(1)), $0.int64(2)) }
+        let after = try statement(.retainBlob).first([.integer(id)]) {
+            ($0.int64(0), UInt32(truncatingIfNeeded: $0.int64(1)), $0.int64(2))
+        }
         if let (refs, segment, bytes) = after, refs == 1 {
             try addLiveBytes(bytes, segment: segment)
         }
@@ -47,10 +44,9 @@ extension IndexDatabase {
     func releaseBlob(_ id: Int64) throws(IndexError) {
         // 1 → 0: the blob is dead; its bytes are garbage for the compactor, which also deletes
         // the row when it reclaims them. Until then a put of equal bytes may link to it again.
-        let after = try connection.statement(
-            "UPDATE blobs SET refs = refs - 1 WHERE id = ? RETURNING refs, segment, record_bytes"
-        )
-        .first([.integer(id)]) { ($0.int64(0), UInt32(truncatingIfNeeded: $0.int64(1)), $0.int64(2)) }
+        let after = try statement(.releaseBlob).first([.integer(id)]) {
+            ($0.int64(0), UInt32(truncatingIfNeeded: $0.int64(1)), $0.int64(2))
+        }
         if let (refs, segment, bytes) = after, refs == 0 {
             try addLiveBytes(-bytes, segment: segment)
         }
@@ -81,8 +77,7 @@ extension IndexDatabase {
 
     /// Records that the index reflects segment `id` up to `indexedBytes`.
     public func setIndexedBytes(_ indexedBytes: UInt64, segment id: UInt32) throws(IndexError) {
-        try connection.statement("UPDATE segments SET indexed_bytes = ? WHERE id = ?")
-            .run([.integer(Int64(indexedBytes)), .integer(Int64(id))])
+        try statement(.setIndexedBytes).run([.integer(Int64(indexedBytes)), .integer(Int64(id))])
     }
 
     /// Marks segment `id` sealed.
@@ -101,7 +96,7 @@ extension IndexDatabase {
     /// Writes the accumulated live-byte changes, one statement per segment.
     func writeLiveByteDeltas() throws(IndexError) {
         guard !liveByteDeltas.isEmpty else { return }
-        let update = try connection.statement("UPDATE segments SET live_bytes = live_bytes + ? WHERE id = ?")
+        let update = try statement(.addLiveBytes)
         for (id, delta) in liveByteDeltas.sorted(by: { $0.key < $1.key }) where delta != 0 {
             try update.run([.integer(delta), .integer(Int64(id))])
         }

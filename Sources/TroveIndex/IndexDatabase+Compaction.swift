@@ -57,10 +57,10 @@ extension IndexDatabase {
         guard
             let old = try connection.statement(
                 "SELECT link_length FROM entries WHERE key_hash = ? AND link_segment = ? AND link_offset = ?"
-            ).first([.blob(digest.bytes), .integer(Int64(from.segment)), .integer(Int64(from.offset))], { $0.int64(0) })
+            ).first([.hash(digest), .integer(Int64(from.segment)), .integer(Int64(from.offset))], { $0.int64(0) })
         else { return false }
         try connection.statement("UPDATE entries SET link_segment = ?, link_offset = ?, link_length = ? WHERE key_hash = ?")
-            .run([.integer(Int64(segment)), .integer(Int64(offset)), .integer(Int64(length)), .blob(digest.bytes)])
+            .run([.integer(Int64(segment)), .integer(Int64(offset)), .integer(Int64(length)), .hash(digest)])
         try addLiveBytes(-old, segment: from.segment)
         try addLiveBytes(Int64(length), segment: segment)
         return true

@@ -16,7 +16,7 @@ extension IndexDatabase {
 
     static func entryRow(_ r: SQLiteRow) -> EntryRow {
         EntryRow(
-            keyDigest: ContentHash(bytes: r.blob(0)) ?? ContentHash(high: 0, low: 0), url: r.text(1), variant: r.text(2),
+            keyDigest: r.hash(0) ?? ContentHash(high: 0, low: 0), url: r.text(1), variant: r.text(2),
             blobID: r.int64(3), linkSegment: UInt32(truncatingIfNeeded: r.int64(4)),
             linkOffset: r.position(5), linkLength: r.position(6),
             sequence: r.sequence(7), etag: r.optionalText(8), lastModified: r.optionalText(9),
@@ -26,7 +26,7 @@ extension IndexDatabase {
 
     static func blobRow(_ r: SQLiteRow, from c: Int32) -> BlobRow {
         BlobRow(
-            id: r.int64(c), hash: ContentHash(bytes: r.blob(c + 1)) ?? ContentHash(high: 0, low: 0),
+            id: r.int64(c), hash: r.hash(c + 1) ?? ContentHash(high: 0, low: 0),
             length: r.position(c + 2), segment: UInt32(truncatingIfNeeded: r.int64(c + 3)),
             offset: r.position(c + 4), recordBytes: r.position(c + 5),
             references: r.int64(c + 6))
@@ -36,18 +36,15 @@ extension IndexDatabase {
     ///
     /// The caller compares the returned URL and variant with its key: digests can collide.
     public func entry(digest: ContentHash) throws(IndexError) -> IndexedEntry? {
-        try connection.statement(
-            "SELECT \(Self.entryColumns), \(Self.blobColumns) FROM entries e JOIN blobs b ON b.id = e.blob WHERE e.key_hash = ?"
-        ).first([.blob(digest.bytes)]) { IndexedEntry(entry: Self.entryRow($0), blob: Self.blobRow($0, from: 15)) }
+        try statement(.entryByDigest).first([.hash(digest)]) {
+            IndexedEntry(entry: Self.entryRow($0), blob: Self.blobRow($0, from: 15))
+        }
     }
 
     /// Every entry of `url` (all its variants), with their blobs, ordered by variant.
     public func entries(url: String) throws(IndexError) -> [IndexedEntry] {
         var out: [IndexedEntry] = []
-        try connection.statement(
-            "SELECT \(Self.entryColumns), \(Self.blobColumns) FROM entries e JOIN blobs b ON b.id = e.blob "
-                + "WHERE e.url_hash = ? AND e.url = ? ORDER BY e.variant"
-        ).query([.integer(CacheKey.urlDigest(url)), .text(url)]) { (r) throws(IndexError) in
+        try statement(.entriesByURL).query([.integer(CacheKey.urlDigest(url)), .text(url)]) { (r) throws(IndexError) in
             out.append(IndexedEntry(entry: Self.entryRow(r), blob: Self.blobRow(r, from: 15)))
             return true
         }
@@ -73,31 +70,42 @@ extension IndexDatabase {
         // would drop the blob to zero references and delete it.
         try retainBlob(row.blobID)
         let replaced = try removeEntry(digest: row.keyDigest)
-        try connection.statement(
-            """
-            INSERT INTO entries(key_hash, url, variant, url_hash, blob, link_segment, link_offset, link_length,
-                sequence, etag, last_modified, expires_at, created_at, accessed_at, cost, cache_policy)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """
-        ).run([
-            .blob(row.keyDigest.bytes), .text(row.url), .text(row.variant), .integer(CacheKey.urlDigest(row.url)),
+        try statement(.insertEntry).run(Self.values(of: row))
+        try addLiveBytes(Int64(row.linkLength), segment: row.linkSegment)
+        return replaced
+    }
+
+    /// Links `row.keyDigest` to `row.blobID` like ``link(_:)``, when the caller has just read
+    /// the digest's current row (`current`, nil for none) in this transaction: one statement
+    /// fewer, the committer's path.
+    public func link(_ row: EntryRow, replacing current: EntryRow?) throws(IndexError) {
+        try retainBlob(row.blobID)
+        if let current {
+            try addLiveBytes(-Int64(current.linkLength), segment: current.linkSegment)
+            try releaseBlob(current.blobID)
+            try statement(.replaceEntry).run(Self.values(of: row))
+        } else {
+            try statement(.insertEntry).run(Self.values(of: row))
+        }
+        try addLiveBytes(Int64(row.linkLength), segment: row.linkSegment)
+    }
+
+    /// The values of `row` in the order of the entry insert statements.
+    static func values(of row: EntryRow) -> [SQLiteValue] {
+        [
+            .hash(row.keyDigest), .text(row.url), .text(row.variant), .integer(CacheKey.urlDigest(row.url)),
             .integer(row.blobID), .integer(Int64(row.linkSegment)), .integer(Int64(row.linkOffset)),
             .integer(Int64(row.linkLength)), .integer(Int64(bitPattern: row.sequence)), .optional(row.etag),
             .optional(row.lastModified), .optional(row.expiresAt), .integer(row.createdAt),
             .integer(row.accessedAt), .integer(row.cost), .optional(row.cachePolicy),
-        ])
-        try addLiveBytes(Int64(row.linkLength), segment: row.linkSegment)
-        return replaced
+        ]
     }
 
     /// Removes the entry with digest `digest`, releasing its blob. Run inside a transaction.
     /// - Returns: the removed entry, if there was one.
     @discardableResult
     public func removeEntry(digest: ContentHash) throws(IndexError) -> EntryRow? {
-        guard
-            let old = try connection.statement("DELETE FROM entries WHERE key_hash = ? RETURNING \(Self.entryReturningColumns)")
-                .first([.blob(digest.bytes)], Self.entryRow)
-        else { return nil }
+        guard let old = try statement(.deleteEntry).first([.hash(digest)], Self.entryRow) else { return nil }
         try addLiveBytes(-Int64(old.linkLength), segment: old.linkSegment)
         try releaseBlob(old.blobID)
         return old
@@ -122,9 +130,9 @@ extension IndexDatabase {
     /// Records read times, in digest order (each is an indexed update; run them in one
     /// transaction, rarely).
     public func touch(_ times: [(digest: ContentHash, accessedAt: Int64)]) throws(IndexError) {
-        let update = try connection.statement("UPDATE entries SET accessed_at = max(accessed_at, ?) WHERE key_hash = ?")
+        let update = try statement(.touch)
         for (digest, time) in times.sorted(by: { $0.digest < $1.digest }) {
-            try update.run([.integer(time), .blob(digest.bytes)])
+            try update.run([.integer(time), .hash(digest)])
         }
     }
 

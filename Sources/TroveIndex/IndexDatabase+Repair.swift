@@ -96,8 +96,7 @@ extension IndexDatabase {
 
     /// The entry row with digest `digest` (whatever its key columns say), without its blob.
     public func entryRow(digest: ContentHash) throws(IndexError) -> EntryRow? {
-        try connection.statement("SELECT \(Self.entryColumns) FROM entries e WHERE e.key_hash = ?")
-            .first([.blob(digest.bytes)], Self.entryRow)
+        try statement(.entryRowByDigest).first([.hash(digest)], Self.entryRow)
     }
 
     /// Sets blob `id`'s row to what the packs hold (inserting it when missing), keeping its
@@ -112,7 +111,7 @@ extension IndexDatabase {
                 offset = excluded.offset, record_bytes = excluded.record_bytes
             """
         ).run([
-            .integer(id), .blob(hash.bytes), .integer(Int64(length)), .integer(Int64(segment)),
+            .integer(id), .hash(hash), .integer(Int64(length)), .integer(Int64(segment)),
             .integer(Int64(offset)), .integer(Int64(recordBytes)),
         ])
     }
@@ -125,7 +124,7 @@ extension IndexDatabase {
     /// Deletes the entry row with digest `digest` without touching its blob's counts (for rows
     /// whose columns cannot be trusted; recompute derived columns afterwards).
     public func deleteEntryRow(digest: ContentHash) throws(IndexError) {
-        try connection.statement("DELETE FROM entries WHERE key_hash = ?").run([.blob(digest.bytes)])
+        try connection.statement("DELETE FROM entries WHERE key_hash = ?").run([.hash(digest)])
     }
 
     // MARK: Damage registry

@@ -76,5 +76,11 @@ enum IndexSchema {
         """
         ALTER TABLE entries ADD COLUMN cache_policy TEXT;
         """,
+        // Version 5 (issue 11): a new blob no longer goes into a 16-byte hash index, a random
+        // B-tree that cost a put about one written page: a store finds dedup candidates through
+        // its in-memory hints (blob ids by hash prefix, checked by id, hash, length and bytes).
+        """
+        DROP INDEX blobs_by_hash;
+        """,
     ]
 }

@@ -81,8 +81,8 @@ extension Store {
         // writes still queued when the map is over its limit, and drop committed removals.
         let limit = configuration.locationCacheLimit
         appender.withLock { appender in
-            let waiting = appender.release(snapshot)
-            shared.withLock { $0.map.committed(waiting: waiting, limit: limit) }
+            appender.release(snapshot)
+            shared.withLock { $0.map.committed(limit: limit, waiting: appender.waitingKeys(removalsOnly:)) }
         }
     }
 

@@ -360,6 +360,8 @@ struct FsckRun {
             // writes still queued, and report each key repair changed.
             store.shared.withLock { $0.map.indexChanged(changes, keeping: queued) }
         }
+        // Repair deleted and rewrote blob rows: dedup hints load again.
+        store.dedupHints.withLock { $0.reset() }
         for i in start..<report.findings.count where report.findings[i].kind != .indexIntegrity {
             report.findings[i].repaired = true
         }

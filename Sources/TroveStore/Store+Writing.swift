@@ -83,18 +83,16 @@ extension Store {
         // The committed index's view, read without any lock held.
         // Read before the lookup: a compaction that moves the candidate's blob after it shows.
         let relocations = shared.withLock { $0.map.relocations }
-        let (existing, candidates) = try readIndex { index in
-            (try index.entry(digest: digest), try index.blobs(hash: hash, length: length))
-        }
-        if let existing, existing.entry.key != key {
+        let existing = try readIndex { try $0.entryRow(digest: digest) }
+        if let existing, existing.key != key {
             throw StoreError(
                 code: .keyCollision,
-                message: "\(key) has the same 128-bit digest as the stored key \(existing.entry.key); not stored", key: key)
+                message: "\(key) has the same 128-bit digest as the stored key \(existing.key); not stored", key: key)
         }
-        var equal = candidates.first { holds($0, bytes) }
+        var equal = try storedBlob(hash: hash, length: length).flatMap { holds($0, bytes) ? $0 : nil }
         let now = configuration.clock()
         let expiresAt = try expiry(of: metadata, now: now)
-        let appended = try withAppender { (state) throws(StoreError) -> (UInt64, Int)? in
+        let appended = try withAppender { (state) throws(StoreError) -> (UInt64, Int, Int64?)? in
             // Two records at most join the queue: refused when they would start back-pressure.
             if !mayWait, configuration.durability == .full || state.queue.count + 2 >= backPressureQueueLength {
                 return nil
@@ -119,6 +117,7 @@ extension Store {
                 try state.rotate(packs: packsDirectory, createdAt: now)
             }
             let blob: BlobRow
+            var appendedBlob: Int64?
             if let equal {
                 blob = equal
             } else {
@@ -131,6 +130,7 @@ extension Store {
                     recordBytes: blobLength, references: 0)
                 state.enqueue(offset: offset, length: blobLength, .blob(hash: hash, id: id, payloadLength: length))
                 state.pendingBlobs[PendingBlobKey(hash: hash, length: length), default: []].append(blob)
+                appendedBlob = blob.id
             }
             link.blobID = UInt64(bitPattern: blob.id)
             link.sequence = state.nextSequence
@@ -143,11 +143,29 @@ extension Store {
                 lastModified: metadata.lastModified, expiresAt: link.expiresAt, createdAt: now, accessedAt: now,
                 cost: Int64(length), cachePolicy: metadata.cachePolicy)
             shared.withLock { $0.map.stored(IndexedEntry(entry: row, blob: blob), for: key) }
-            return (link.sequence, state.queue.count)
+            return (link.sequence, state.queue.count, appendedBlob)
         }
-        guard let (sequence, queued) = appended else { return nil }
+        guard let (sequence, queued, newBlob) = appended else { return nil }
+        if let newBlob { dedupHints.withLock { $0.add(hash, id: newBlob) } }
         try afterWrite(sequence: sequence, queued: queued)
         return hash
+    }
+
+    /// The committed blob with exactly this hash and length that the dedup hints name, if any
+    /// (a candidate: the caller still compares its bytes). Loads the hints on first use.
+    private func storedBlob(hash: ContentHash, length: UInt64) throws(StoreError) -> BlobRow? {
+        let id = try dedupHints.withLock { (hints) throws(StoreError) -> Int64? in
+            if !hints.isLoaded {
+                try readIndex { try hints.load(from: $0) }
+            }
+            return hints.candidate(for: hash)
+        }
+        guard let id else { return nil }
+        // Nil when the blob is gone (reclaimed; the hint stays until the hints are reloaded) or
+        // not committed yet (the appender's pending blobs have it), or holds other content.
+        let row = try readIndex { try $0.blob(id: id) }
+        guard let row, row.hash == hash, row.length == length else { return nil }
+        return row
     }
 
     /// Replaces the ETag, Last-Modified and expiry of `key`'s entry, keeping its bytes: one

@@ -48,6 +48,9 @@ public final class Store: Sendable {
     /// State shared by every operation; held for dictionary operations only, never across I/O.
     let shared: Locked<SharedState>
     let readers: ReaderPool
+    /// Dedup candidates by content hash. Never held around another store lock, nor taken under
+    /// one (see ``DedupHints``).
+    let dedupHints = Locked(DedupHints())
     let background = BackgroundCommitter()
     private let processLock: Locked<ProcessLock?>
 

@@ -66,14 +66,46 @@ import TroveTestSupport
             let index = try IndexDatabase(path: dir + "/i.sqlite", readOnly: false)
             try index.insertSegment(id: 1, indexedBytes: 32)
             try index.insertBlob(id: 7, hash: ContentHash(high: 1, low: 1), length: 1, segment: 1, offset: 32, recordBytes: 41)
-            // The same blob id twice violates the primary key.
-            let error = #expect(throws: IndexError.self) {
+            // The same blob id twice keeps the first row (a second copy the compactor made).
+            #expect(
                 try index.insertBlob(
                     id: 7, hash: ContentHash(high: 2, low: 2), length: 1, segment: 1, offset: 99, recordBytes: 41)
+                    == false)
+            #expect(try index.blob(id: 7)?.offset == 32)
+            // A second row for one digest, claimed to be new, violates the primary key.
+            try index.link(entry("a", blob: 7), replacing: nil)
+            let error = #expect(throws: IndexError.self) {
+                try index.link(entry("a", blob: 7, sequence: 2, linkOffset: 300), replacing: nil)
             }
             #expect(error?.resultCode == 19)  // SQLITE_CONSTRAINT
             #expect(error?.extendedResultCode == 1555)  // SQLITE_CONSTRAINT_PRIMARYKEY
-            #expect(error?.sql?.contains("INSERT INTO blobs") == true)
+            #expect(error?.sql?.contains("INSERT INTO entries") == true)
+        }
+    }
+
+    /// The committer's `link(_:replacing:)` leaves exactly what `link(_:)` does.
+    @Test func linkReplacingMatchesLink() async throws {
+        try await withTemporaryDirectory { dir in
+            let a = try IndexDatabase(path: dir + "/a.sqlite", readOnly: false)
+            let b = try IndexDatabase(path: dir + "/b.sqlite", readOnly: false)
+            for index in [a, b] {
+                try index.insertSegment(id: 1, indexedBytes: 32)
+                try index.insertBlob(
+                    id: 1, hash: ContentHash(high: 1, low: 1), length: 10, segment: 1, offset: 32, recordBytes: 50)
+                try index.insertBlob(
+                    id: 2, hash: ContentHash(high: 2, low: 2), length: 20, segment: 1, offset: 82, recordBytes: 60)
+            }
+            let writes = [
+                entry("x", blob: 1), entry("y", blob: 1, linkOffset: 200), entry("x", blob: 2, sequence: 3, linkOffset: 300),
+                entry("y", blob: 1, sequence: 4, linkOffset: 400), entry("x", blob: 1, sequence: 5, linkOffset: 500),
+            ]
+            try a.writing { for row in writes { try a.link(row) } }
+            try b.writing {
+                for row in writes { try b.link(row, replacing: try b.entryRow(digest: row.keyDigest)) }
+            }
+            #expect(try a.entryRows() == b.entryRows())
+            #expect(try a.blobRows() == b.blobRows())
+            #expect(try a.segments() == b.segments())
         }
     }
 
@@ -87,18 +119,18 @@ import TroveTestSupport
             #expect(try index.segments().first?.liveBytes == 0)
             try index.link(entry("a", blob: blob))
             try index.link(entry("b", blob: blob, linkOffset: 200))
-            #expect(try index.blobs(hash: ContentHash(high: 1, low: 2), length: 1000).first?.references == 2)
+            #expect(try index.blob(id: blob)?.references == 2)
             #expect(try index.segments().first?.liveBytes == 1040 + 90 + 90)
             // Re-linking a key to the blob it already has must not free the blob.
             try index.link(entry("a", blob: blob, sequence: 2, linkOffset: 300))
-            #expect(try index.blobs(hash: ContentHash(high: 1, low: 2), length: 1000).first?.references == 2)
+            #expect(try index.blob(id: blob)?.references == 2)
             #expect(try index.segments().first?.liveBytes == 1040 + 90 + 90)
             try index.removeEntry(digest: CacheKey(url: "a").digest)
-            #expect(try index.blobs(hash: ContentHash(high: 1, low: 2), length: 1000).first?.references == 1)
+            #expect(try index.blob(id: blob)?.references == 1)
             let removed = try index.removeEntry(digest: CacheKey(url: "b").digest)
             #expect(removed?.url == "b")
             // Dead, not gone: the row stays (for dedup) until the compactor reclaims its bytes.
-            #expect(try index.blobs(hash: ContentHash(high: 1, low: 2), length: 1000).first?.references == 0)
+            #expect(try index.blob(id: blob)?.references == 0)
             #expect(try index.segments().first?.liveBytes == 0)
             #expect(try index.removeEntry(digest: CacheKey(url: "b").digest) == nil)
             try index.commit()

@@ -1,4 +1,5 @@
 import CSQLite
+import TroveCore
 
 /// A prepared statement, owned by the ``SQLiteConnection`` that prepared it.
 ///
@@ -31,6 +32,10 @@ final class SQLiteStatement {
             case .text(let s): rc = sqlite3_bind_text(handle, index, s, -1, CSQLite_transient())
             case .blob(let b):
                 rc = b.withUnsafeBytes { sqlite3_bind_blob(handle, index, $0.baseAddress, Int32($0.count), CSQLite_transient()) }
+            case .hash(let h):
+                // The 16 big-endian bytes of `ContentHash.bytes`, from the stack.
+                var be = (h.high.bigEndian, h.low.bigEndian)
+                rc = withUnsafeBytes(of: &be) { sqlite3_bind_blob(handle, index, $0.baseAddress, 16, CSQLite_transient()) }
             }
             guard rc == SQLITE_OK else { throw connection.error(rc, sql: sql) }
         }
@@ -75,6 +80,8 @@ enum SQLiteValue {
     case integer(Int64)
     case text(String)
     case blob([UInt8])
+    /// A content hash or key digest, bound as its 16 big-endian bytes without an allocation.
+    case hash(ContentHash)
 
     static func optional(_ v: Int64?) -> SQLiteValue { v.map { .integer($0) } ?? .null }
     static func optional(_ v: String?) -> SQLiteValue { v.map { .text($0) } ?? .null }
@@ -114,6 +121,13 @@ struct SQLiteRow {
     }
 
     func optionalText(_ column: Int32) -> String? { isNull(column) ? nil : text(column) }
+
+    /// A 16-byte hash column; nil when the column is not 16 bytes (a damaged row).
+    func hash(_ column: Int32) -> ContentHash? {
+        let n = Int(sqlite3_column_bytes(handle, column))
+        guard n == 16, let p = sqlite3_column_blob(handle, column) else { return nil }
+        return ContentHash(bytes: UnsafeRawBufferPointer(start: p, count: n))
+    }
 
     func blob(_ column: Int32) -> [UInt8] {
         let n = Int(sqlite3_column_bytes(handle, column))

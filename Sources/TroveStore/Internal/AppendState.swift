@@ -101,8 +101,8 @@ extension AppendState {
             writes: queue, rotated: rotated, created: created, active: pack.segment, end: pack.end, sequence: nextSequence)
     }
 
-    /// Forgets what `snapshot` committed; returns the keys still waiting in the queue.
-    func release(_ snapshot: CommitSnapshot) -> Set<CacheKey> {
+    /// Forgets what `snapshot` committed.
+    func release(_ snapshot: CommitSnapshot) {
         for write in queue.prefix(snapshot.writes.count) {
             if case .blob(let hash, _, let length) = write.record.content {
                 let key = PendingBlobKey(hash: hash, length: length)
@@ -113,10 +113,18 @@ extension AppendState {
         queue.removeFirst(snapshot.writes.count)
         rotated.removeFirst(snapshot.rotated.count)
         created.removeFirst(snapshot.created.count)
+    }
+
+    /// The keys with a write still in the queue; with `removalsOnly`, those with a queued
+    /// tombstone only (the one question a commit asks of the queue when the location map is
+    /// under its limit: which removals are not committed yet).
+    ///
+    /// - Complexity: O(queue); a string hash per record it collects.
+    func waitingKeys(removalsOnly: Bool) -> Set<CacheKey> {
         var waiting = Set<CacheKey>()
         for write in queue {
             switch write.record.content {
-            case .link(let link): waiting.insert(CacheKey(url: link.url, variant: link.variant))
+            case .link(let link): if !removalsOnly { waiting.insert(CacheKey(url: link.url, variant: link.variant)) }
             case .tombstone(let t): waiting.insert(CacheKey(url: t.url, variant: t.variant))
             case .blob: break
             }

@@ -20,18 +20,18 @@ struct IndexApplier {
         switch record.content {
         case .blob(let hash, let id, let length):
             // A second copy of a blob (the compactor moved it) keeps the first location found.
-            if try index.blob(id: Int64(bitPattern: id)) != nil { return .alreadyReflected }
-            try index.insertBlob(
+            let added = try index.insertBlob(
                 id: Int64(bitPattern: id), hash: hash, length: length, segment: segment, offset: record.offset,
                 recordBytes: record.length)
-            return .applied
+            return added ? .applied : .alreadyReflected
         case .link(let link):
             let key = link.key
             let digest = key.digest
-            if let existing = try index.entry(digest: digest) {
+            let existing = try index.entryRow(digest: digest)
+            if let existing {
                 // Another key with this digest keeps its entry; a newer write already won.
-                if existing.entry.key != key { return .skipped }
-                if existing.entry.sequence >= link.sequence { return .alreadyReflected }
+                if existing.key != key { return .skipped }
+                if existing.sequence >= link.sequence { return .alreadyReflected }
             }
             // Only the blob the link names by id is known to hold its bytes: never another
             // blob that merely has the same hash.
@@ -42,12 +42,13 @@ struct IndexApplier {
                 row(
                     for: link, digest: digest,
                     location: RecordLocation(segment: segment, offset: record.offset, length: record.length),
-                    accessedAt: link.createdAt))
+                    accessedAt: link.createdAt),
+                replacing: existing)
             return .applied
         case .tombstone(let tombstone):
             let key = tombstone.key
-            guard let existing = try index.entry(digest: key.digest), existing.entry.key == key,
-                existing.entry.sequence < tombstone.sequence
+            guard let existing = try index.entryRow(digest: key.digest), existing.key == key,
+                existing.sequence < tombstone.sequence
             else { return .alreadyReflected }
             try index.removeEntry(digest: key.digest)
             return .applied

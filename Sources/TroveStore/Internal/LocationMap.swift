@@ -143,20 +143,28 @@ struct LocationMap {
     }
 
     /// After a commit: the index answers for every committed write. Keeps only the slots of
-    /// writes still `waiting` when the map holds more than `limit` keys; otherwise drops the
-    /// committed removals (entries stay cached).
+    /// writes still waiting in the queue when the map holds more than `limit` keys; otherwise
+    /// drops the committed removals (entries stay cached). `waiting(removalsOnly)` gives the
+    /// keys with a queued write (with `removalsOnly`, a queued tombstone): asked only when
+    /// there is something to drop.
     ///
-    /// - Complexity: O(removals in the map + `waiting`); O(n) only when the map is over
-    ///   `limit` (it then keeps `waiting` alone, so that happens once per `limit` fills).
-    mutating func committed(waiting: Set<CacheKey>, limit: Int) {
+    /// - Complexity: nothing when the map is under `limit` and holds no removal; else
+    ///   O(removals in the map + queue); O(n) only when the map is over `limit` (it then keeps
+    ///   the waiting keys alone, so that happens once per `limit` fills).
+    mutating func committed(limit: Int, waiting: (_ removalsOnly: Bool) -> Set<CacheKey>) {
         if slots.count > limit {
+            let waiting = waiting(false)
             var kept: [CacheKey: Slot] = [:]
             for key in waiting { if let slot = slots[key] { kept[key] = slot } }
             slots = kept
-        } else {
+            removedKeys = removedKeys.filter { waiting.contains($0) && slots[$0] != nil }
+        } else if !removedKeys.isEmpty {
+            // A removed slot's last write is a tombstone: it waits while a tombstone of its key
+            // is queued (a queued link after it would have made the slot present).
+            let waiting = waiting(true)
             for key in removedKeys where !waiting.contains(key) { slots[key] = nil }
+            removedKeys = removedKeys.filter { waiting.contains($0) }
         }
-        removedKeys = removedKeys.filter { waiting.contains($0) && slots[$0] != nil }
         // No bump: a dropped slot's write is in the index now, and a fill that began before
         // the write already saw the generation move.
     }

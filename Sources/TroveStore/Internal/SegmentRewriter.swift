@@ -319,6 +319,8 @@ struct SegmentRewriter {
             shared.segmentFiles[id] = nil
             shared.map.moved(blobs: moves.blobs, keys: moves.keys)
         }
+        // The pass deleted the segment's dead blob rows: hints to them go with a reload.
+        store.dedupHints.withLock { $0.reset() }
     }
 
     /// Unlinks the old file (salvaging: sets it aside, damaged bytes kept for inspection).

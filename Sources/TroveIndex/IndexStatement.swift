@@ -1,0 +1,56 @@
+/// The statements of the hot paths — a put's and a get's lookups, the committer's apply — each
+/// kept by its connection in a numbered slot (``SQLiteConnection/statement(slot:_:)``): found
+/// by position, not by hashing its text on every call.
+enum IndexStatement: Int {
+    case entryByDigest
+    case entryRowByDigest
+    case entriesByURL
+    case blobByID
+    case insertBlob
+    case retainBlob
+    case releaseBlob
+    case insertEntry
+    case replaceEntry
+    case deleteEntry
+    case touch
+    case addLiveBytes
+    case setIndexedBytes
+    case blobHints
+
+    var sql: String {
+        switch self {
+        case .entryByDigest:
+            "SELECT \(IndexDatabase.entryColumns), \(IndexDatabase.blobColumns) FROM entries e JOIN blobs b ON b.id = e.blob "
+                + "WHERE e.key_hash = ?"
+        case .entryRowByDigest: "SELECT \(IndexDatabase.entryColumns) FROM entries e WHERE e.key_hash = ?"
+        case .entriesByURL:
+            "SELECT \(IndexDatabase.entryColumns), \(IndexDatabase.blobColumns) FROM entries e JOIN blobs b ON b.id = e.blob "
+                + "WHERE e.url_hash = ? AND e.url = ? ORDER BY e.variant"
+        case .blobByID: "SELECT \(IndexDatabase.blobColumns) FROM blobs b WHERE b.id = ?"
+        case .insertBlob:
+            "INSERT INTO blobs(id, hash, length, segment, offset, record_bytes, refs) VALUES (?, ?, ?, ?, ?, ?, 0) "
+                + "ON CONFLICT(id) DO NOTHING"
+        case .retainBlob: "UPDATE blobs SET refs = refs + 1 WHERE id = ? RETURNING refs, segment, record_bytes"
+        case .releaseBlob: "UPDATE blobs SET refs = refs - 1 WHERE id = ? RETURNING refs, segment, record_bytes"
+        case .insertEntry, .replaceEntry:
+            """
+            INSERT \(self == .replaceEntry ? "OR REPLACE " : "")INTO entries(key_hash, url, variant, url_hash, blob,
+                link_segment, link_offset, link_length, sequence, etag, last_modified, expires_at, created_at,
+                accessed_at, cost, cache_policy)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """
+        case .deleteEntry: "DELETE FROM entries WHERE key_hash = ? RETURNING \(IndexDatabase.entryReturningColumns)"
+        case .touch: "UPDATE entries SET accessed_at = max(accessed_at, ?) WHERE key_hash = ?"
+        case .addLiveBytes: "UPDATE segments SET live_bytes = live_bytes + ? WHERE id = ?"
+        case .setIndexedBytes: "UPDATE segments SET indexed_bytes = ? WHERE id = ?"
+        case .blobHints: "SELECT id, hash, length FROM blobs"
+        }
+    }
+}
+
+extension IndexDatabase {
+    /// The prepared statement `statement`, from this connection's slots.
+    func statement(_ statement: IndexStatement) throws(IndexError) -> SQLiteStatement {
+        try connection.statement(slot: statement.rawValue) { statement.sql }
+    }
+}
