@@ -44,7 +44,8 @@ extension IndexDatabase {
     /// Every entry of `url` (all its variants), with their blobs, ordered by variant.
     public func entries(url: String) throws(IndexError) -> [IndexedEntry] {
         var out: [IndexedEntry] = []
-        try statement(.entriesByURL).query([.integer(CacheKey.urlDigest(url)), .text(url)]) { (r) throws(IndexError) in
+        try statement(.entriesByURL).query([.hash(CacheKey(url: url).digest), .integer(CacheKey.urlDigest(url)), .text(url)]) {
+            (r) throws(IndexError) in
             out.append(IndexedEntry(entry: Self.entryRow(r), blob: Self.blobRow(r, from: 15)))
             return true
         }

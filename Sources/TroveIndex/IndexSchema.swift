@@ -76,11 +76,15 @@ enum IndexSchema {
         """
         ALTER TABLE entries ADD COLUMN cache_policy TEXT;
         """,
-        // Version 5 (issue 11): a new blob no longer goes into a 16-byte hash index, a random
-        // B-tree that cost a put about one written page: a store finds dedup candidates through
-        // its in-memory hints (blob ids by hash prefix, checked by id, hash, length and bytes).
+        // Version 5 (issue 11): a new original no longer goes into two random-key B-trees
+        // besides its row, each of which cost a put about one written page. Blobs are not
+        // indexed by hash (a store finds dedup candidates through its in-memory hints: blob ids
+        // by hash prefix, checked by id, hash, length and bytes), and the URL index holds
+        // variants only (an original is found by its digest, the primary key).
         """
         DROP INDEX blobs_by_hash;
+        DROP INDEX entries_by_url;
+        CREATE INDEX entries_by_url ON entries(url_hash) WHERE variant != '';
         """,
     ]
 }

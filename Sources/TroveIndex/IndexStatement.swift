@@ -24,8 +24,16 @@ enum IndexStatement: Int {
                 + "WHERE e.key_hash = ?"
         case .entryRowByDigest: "SELECT \(IndexDatabase.entryColumns) FROM entries e WHERE e.key_hash = ?"
         case .entriesByURL:
-            "SELECT \(IndexDatabase.entryColumns), \(IndexDatabase.blobColumns) FROM entries e JOIN blobs b ON b.id = e.blob "
-                + "WHERE e.url_hash = ? AND e.url = ? ORDER BY e.variant"
+            // The original by its digest (the primary key), the variants through the partial
+            // URL index (schema 5: originals are not in it). Result column 3 is the variant.
+            """
+            SELECT \(IndexDatabase.entryColumns), \(IndexDatabase.blobColumns) FROM entries e JOIN blobs b ON b.id = e.blob
+            WHERE e.key_hash = ?1 AND e.url = ?3 AND e.variant = ''
+            UNION ALL
+            SELECT \(IndexDatabase.entryColumns), \(IndexDatabase.blobColumns) FROM entries e JOIN blobs b ON b.id = e.blob
+            WHERE e.url_hash = ?2 AND e.url = ?3 AND e.variant != ''
+            ORDER BY 3
+            """
         case .blobByID: "SELECT \(IndexDatabase.blobColumns) FROM blobs b WHERE b.id = ?"
         case .insertBlob:
             "INSERT INTO blobs(id, hash, length, segment, offset, record_bytes, refs) VALUES (?, ?, ?, ?, ?, ?, 0) "

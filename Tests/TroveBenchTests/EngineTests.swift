@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TroveStore
 import TroveTestSupport
 
 @testable import TroveBench
@@ -94,6 +95,37 @@ import TroveTestSupport
             #expect(report.results.allSatisfy { $0.operations > 0 && $0.opsPerSecond > 0 })
             #expect(report.targets.count >= 9)
             #expect(report.table().contains("Targets (DESIGN.md)"))
+        }
+    }
+}
+
+/// The dedup-heavy workload measures what it names only if Trove stores each distinct value
+/// once: its puts, as the benchmark makes them (repeats of earlier values under new keys),
+/// after reopens at other durability levels.
+@Suite struct DedupWorkloadTests {
+    @Test func troveStoresEachDistinctValueOnce() async throws {
+        try await withTemporaryDirectory { dir in
+            let engine = try TroveEngine(directory: dir + "/trove")
+            let pool = ContentPool()
+            var rng = SeededGenerator(seed: 99)
+            var distinct = Set<UInt64>()
+            var written: [String: UInt64] = [:]
+            for (round, durability) in [Durability.none, .batched, .none].enumerated() {
+                try engine.reopen(durability: durability)
+                for i in 0..<600 {
+                    let id = i > 10 && rng.next() % 5 == 0 ? rng.next() % UInt64(i / 2) : UInt64(i)
+                    distinct.insert(id)
+                    written["dedup-\(durability)-\(round)-\(i)"] = id
+                    try engine.put(
+                        pool.value(id: 5_000_000 + id, size: 20 << 10), key: "dedup-\(durability)-\(round)-\(i)", etag: "d")
+                }
+                try engine.flush()
+                for (key, id) in written where try engine.get(key) != pool.value(id: 5_000_000 + id, size: 20 << 10) {
+                    Issue.record("\(key) does not read back")
+                }
+                let statistics = try engine.store.statistics()
+                #expect(statistics.blobs == distinct.count, "\(durability): \(statistics)")
+            }
         }
     }
 }

@@ -44,10 +44,18 @@ import TroveTestSupport
         return (try index.schemaVersion(), names)
     }
 
-    /// Makes the schema-5 index at `path` a schema-4 one again: version 5 only dropped an index.
+    /// Makes the schema-5 index at `path` a schema-4 one again (version 5 changed indexes only).
     static func downgradeToSchema4(_ path: String) throws {
         let index = try IndexDatabase(path: path, readOnly: false)
-        try index.connection.execute("BEGIN; CREATE INDEX blobs_by_hash ON blobs(hash); PRAGMA user_version = 4; COMMIT;")
+        try index.connection.execute(
+            """
+            BEGIN;
+            CREATE INDEX blobs_by_hash ON blobs(hash);
+            DROP INDEX entries_by_url;
+            CREATE INDEX entries_by_url ON entries(url_hash);
+            PRAGMA user_version = 4;
+            COMMIT;
+            """)
     }
 
     @Test func aSchema4StoreIsMigratedInPlaceAndKeepsDeduplicating() async throws {
@@ -67,6 +75,10 @@ import TroveTestSupport
                 #expect(try store.data(for: key) == bytes, "\(key)")
             }
             #expect(try store.data(for: CacheKey(url: "https://v4.example/e.jpg")) == nil)
+            // A URL's keys: the original by its digest, the variant through the partial index.
+            #expect(
+                try store.keys(url: "https://v4.example/a.jpg").map(\.variant).sorted() == ["", "w64-h64-fit-webp-q80"])
+            #expect(try store.keys(url: "https://v4.example/b.jpg").map(\.variant) == [""])
             #expect(try store.info(for: CacheKey(url: "https://v4.example/a.jpg"))?.etag == "\"a2\"")
             #expect(try store.fsck().isClean)
 
