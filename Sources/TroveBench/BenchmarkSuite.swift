@@ -144,6 +144,8 @@ public final class BenchmarkSuite {
 
     /// The engine workloads: Trove against one file per entry and SQLite.
     private func runEngines() throws {
+        // First: before other workloads leave freed memory in the heap that would absorb growth.
+        try memoryBudget()
         progress("populating each engine with \(plan.population) entries of 4 KiB")
         let clock = ContinuousClock()
         let start = clock.now
@@ -165,6 +167,19 @@ public final class BenchmarkSuite {
         for engine in fixture.engines { try diskPerPayload(engine) }
         try compactionUnderReads()
         try scaling()
+    }
+
+    /// The store's memory budget (issue 11; Docs/Architecture.md, "Memory").
+    private func memoryBudget() throws {
+        let entries = 50_000  // in quick runs too: fewer would drown in allocator noise
+        progress("memory budget: \(entries) entries read once, one 32 MiB get")
+        let figures = try MemoryBudget.measure(directory: root + "/budget", entries: entries, pool: pool)
+        record(
+            "memory: RSS per entry read (map slot, index pages)", name: "Trove", figures.reads,
+            metric: figures.bytesPerMapEntry, metricName: "bytes")
+        record(
+            "memory: peak RSS of a 32 MiB get ÷ size", name: "Trove", figures.largeRead, metric: figures.peakPerValueByte,
+            metricName: "ratio")
     }
 
     // MARK: Workloads
