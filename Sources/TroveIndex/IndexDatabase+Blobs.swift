@@ -22,11 +22,11 @@ extension IndexDatabase {
         return connection.changes > 0
     }
 
-    /// Calls `body` with the id, hash and length of every blob row, in no order: what the
-    /// store's table of dedup candidates is loaded from.
-    public func forEachBlobHash(_ body: (Int64, ContentHash, UInt64) -> Void) throws(IndexError) {
+    /// Calls `body` with the id and hash of every blob row, in no order: what the store's
+    /// dedup hints are loaded from.
+    public func forEachBlobHash(_ body: (Int64, ContentHash) -> Void) throws(IndexError) {
         try statement(.blobHints).query { (r) throws(IndexError) in
-            if let hash = r.hash(1) { body(r.int64(0), hash, r.position(2)) }
+            if let hash = r.hash(1) { body(r.int64(0), hash) }
             return true
         }
     }

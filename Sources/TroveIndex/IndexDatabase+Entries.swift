@@ -67,19 +67,17 @@ extension IndexDatabase {
     /// - Returns: the replaced entry, if any.
     @discardableResult
     public func link(_ row: EntryRow) throws(IndexError) -> EntryRow? {
-        // Retain first: when the replaced entry links to the same blob, releasing it first
-        // would drop the blob to zero references and delete it.
-        try retainBlob(row.blobID)
-        let replaced = try removeEntry(digest: row.keyDigest)
-        try statement(.insertEntry).run(Self.values(of: row))
-        try addLiveBytes(Int64(row.linkLength), segment: row.linkSegment)
+        let replaced = try entryRow(digest: row.keyDigest)
+        try link(row, replacing: replaced)
         return replaced
     }
 
     /// Links `row.keyDigest` to `row.blobID` like ``link(_:)``, when the caller has just read
-    /// the digest's current row (`current`, nil for none) in this transaction: one statement
+    /// the digest's current row (`current`, nil for none) in this transaction: one lookup
     /// fewer, the committer's path.
     public func link(_ row: EntryRow, replacing current: EntryRow?) throws(IndexError) {
+        // Retain first: when the replaced entry links to the same blob, releasing it first
+        // would drop the blob to zero references.
         try retainBlob(row.blobID)
         if let current {
             try addLiveBytes(-Int64(current.linkLength), segment: current.linkSegment)

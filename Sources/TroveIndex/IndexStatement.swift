@@ -51,7 +51,7 @@ enum IndexStatement: Int {
         case .touch: "UPDATE entries SET accessed_at = max(accessed_at, ?) WHERE key_hash = ?"
         case .addLiveBytes: "UPDATE segments SET live_bytes = live_bytes + ? WHERE id = ?"
         case .setIndexedBytes: "UPDATE segments SET indexed_bytes = ? WHERE id = ?"
-        case .blobHints: "SELECT id, hash, length FROM blobs"
+        case .blobHints: "SELECT id, hash FROM blobs"
         }
     }
 }

@@ -83,13 +83,19 @@ extension Store {
         // The committed index's view, read without any lock held.
         // Read before the lookup: a compaction that moves the candidate's blob after it shows.
         let relocations = shared.withLock { $0.map.relocations }
-        let existing = try readIndex { try $0.entryRow(digest: digest) }
+        let hinted = try dedupCandidate(for: hash)
+        // One reader for both lookups: the key's row and the hinted blob's.
+        let (existing, candidate) = try readIndex { index in
+            (try index.entryRow(digest: digest), try hinted.flatMap { try index.blob(id: $0) })
+        }
         if let existing, existing.key != key {
             throw StoreError(
                 code: .keyCollision,
                 message: "\(key) has the same 128-bit digest as the stored key \(existing.key); not stored", key: key)
         }
-        var equal = try storedBlob(hash: hash, length: length).flatMap { holds($0, bytes) ? $0 : nil }
+        // The hint is a candidate only: its row must hold this hash and length (nil when the blob
+        // is gone, or not committed yet — the appender's pending blobs have it), then these bytes.
+        var equal = candidate.flatMap { $0.hash == hash && $0.length == length && holds($0, bytes) ? $0 : nil }
         let now = configuration.clock()
         let expiresAt = try expiry(of: metadata, now: now)
         let appended = try withAppender { (state) throws(StoreError) -> (UInt64, Int, Int64?)? in
@@ -151,21 +157,14 @@ extension Store {
         return hash
     }
 
-    /// The committed blob with exactly this hash and length that the dedup hints name, if any
-    /// (a candidate: the caller still compares its bytes). Loads the hints on first use.
-    private func storedBlob(hash: ContentHash, length: UInt64) throws(StoreError) -> BlobRow? {
-        let id = try dedupHints.withLock { (hints) throws(StoreError) -> Int64? in
+    /// The blob id the dedup hints name for `hash`, if any. Loads the hints on first use.
+    private func dedupCandidate(for hash: ContentHash) throws(StoreError) -> Int64? {
+        try dedupHints.withLock { (hints) throws(StoreError) -> Int64? in
             if !hints.isLoaded {
                 try readIndex { try hints.load(from: $0) }
             }
             return hints.candidate(for: hash)
         }
-        guard let id else { return nil }
-        // Nil when the blob is gone (reclaimed; the hint stays until the hints are reloaded) or
-        // not committed yet (the appender's pending blobs have it), or holds other content.
-        let row = try readIndex { try $0.blob(id: id) }
-        guard let row, row.hash == hash, row.length == length else { return nil }
-        return row
     }
 
     /// Replaces the ETag, Last-Modified and expiry of `key`'s entry, keeping its bytes: one

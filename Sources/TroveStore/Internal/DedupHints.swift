@@ -34,7 +34,7 @@ struct DedupHints {
     mutating func load(from index: IndexDatabase) throws(IndexError) {
         var loaded: [UInt64: Int64] = [:]
         // Newest blob wins a shared 64-bit prefix: ids only grow.
-        try index.forEachBlobHash { id, hash, _ in
+        try index.forEachBlobHash { id, hash in
             if let other = loaded[hash.high], other > id { return }
             loaded[hash.high] = id
         }
@@ -47,7 +47,4 @@ struct DedupHints {
         ids = [:]
         isLoaded = false
     }
-
-    /// How many hints are held.
-    var count: Int { ids.count }
 }
