@@ -368,15 +368,15 @@ import TroveTestSupport
                 $0.batchSize = 4
             }
             // The committer is held, so no commit cycle drains the queue: it only grows.
-            let written = try store.committer.withLock { _ in
+            // The queue is read before the lock goes: a woken committer drains it right after.
+            let (written, queued) = try store.committer.withLock { _ in
                 var written = 0
                 while try store.putWithoutWaiting(Data([UInt8(written)]), for: key(written)) != nil { written += 1 }
-                return written
+                return (written, store.appender.withLock { $0.queue.count })
             }
             // Back-pressure starts at 8 × batchSize queued records; each new value queues two.
             #expect(written == 15)
             #expect(try store.contains(key(written)) == false)
-            let queued = store.appender.withLock { $0.queue.count }
             #expect(queued == 30)
             // A put that may wait runs the commit cycle itself and empties the queue.
             try store.put(Data([255]), for: key(100))
