@@ -23,8 +23,12 @@ extension Store {
         }
     }
 
-    func commitCycle(_ state: CommitState, flushReadTimes: Bool) throws(StoreError) {
+    /// One commit cycle. Returns where its snapshot ended: every record before that place of
+    /// that segment, and in every older segment, is reflected by the index once it returns.
+    @discardableResult
+    func commitCycle(_ state: CommitState, flushReadTimes: Bool) throws(StoreError) -> (segment: UInt32, end: UInt64) {
         let snapshot = appender.withLock { $0.snapshot() }
+        let bound = (segment: snapshot.active.id, end: snapshot.end)
         let now = ContinuousClock.now
         var readTimes: [CacheKey: Int64] = [:]
         if flushReadTimes || now - state.lastReadTimeFlush >= configuration.accessTimeFlushInterval {
@@ -37,7 +41,11 @@ extension Store {
         guard
             !snapshot.isEmpty || !readTimes.isEmpty || snapshot.sequence != state.committedSequence
                 || state.deferredReplay != nil
-        else { return }
+        else {
+            // Nothing to commit, but reads fill the map too: it is held to its limit here as well.
+            holdLocationMapToLimit()
+            return bound
+        }
         var superseded: [LinkRecord] = []
         let index = state.index
         do {
@@ -82,6 +90,19 @@ extension Store {
         let limit = configuration.locationCacheLimit
         appender.withLock { appender in
             appender.release(snapshot)
+            shared.withLock { $0.map.committed(limit: limit, waiting: appender.waitingKeys(removalsOnly:)) }
+        }
+        return bound
+    }
+
+    /// Empties the location map but for the slots of queued writes when it holds more than
+    /// ``Configuration/locationCacheLimit`` keys, in a cycle that had nothing to commit (held:
+    /// the committer lock, so no snapshot is in flight and every write not yet committed is in
+    /// the queue).
+    private func holdLocationMapToLimit() {
+        let limit = configuration.locationCacheLimit
+        guard shared.withLock({ $0.map.count > limit }) else { return }
+        appender.withLock { appender in
             shared.withLock { $0.map.committed(limit: limit, waiting: appender.waitingKeys(removalsOnly:)) }
         }
     }

@@ -40,7 +40,13 @@ extension Store {
         let (report, salvage) = try withoutActuallyEscaping(progress) { progress in
             try committer.withLock { (slot) throws -> (FsckReport, [UInt32]) in
                 guard let state = slot, !state.isClosed else { throw Self.closedError(directory) }
-                var check = FsckRun(store: self, index: state.index, repair: repair, progress: progress)
+                // Writes go on while fsck runs: those queued since the commit above are committed
+                // now, and the check stops where this cycle's snapshot ended. Later records are
+                // the queue's, not damage (on a full disk a check judges up to the appender's end,
+                // reporting what the index could not commit yet).
+                var bound: (segment: UInt32, end: UInt64)?
+                do { bound = try commitCycle(state, flushReadTimes: false) } catch  where !repair { bound = nil }
+                var check = FsckRun(store: self, index: state.index, repair: repair, bound: bound, progress: progress)
                 try check.run()
                 // The tombstones repair appended are committed with the cycle.
                 if repair { try commitCycle(state, flushReadTimes: false) }
@@ -66,16 +72,22 @@ struct FsckRun {
     let store: Store
     let index: IndexDatabase
     let repair: Bool
+    /// Where the last commit cycle's snapshot ended: records past it are queued writes.
+    let bound: (segment: UInt32, end: UInt64)?
     let progress: (WorkProgress) -> Void
     var report = FsckReport()
     /// Segments with damaged bytes (or an unreadable header): repair salvages them once the
     /// index is repaired.
     var salvage: Set<UInt32> = []
 
-    init(store: Store, index: IndexDatabase, repair: Bool, progress: @escaping (WorkProgress) -> Void) {
+    init(
+        store: Store, index: IndexDatabase, repair: Bool, bound: (segment: UInt32, end: UInt64)? = nil,
+        progress: @escaping (WorkProgress) -> Void
+    ) {
         self.store = store
         self.index = index
         self.repair = repair
+        self.bound = bound
         self.progress = progress
     }
 
@@ -97,7 +109,8 @@ struct FsckRun {
                 .indexIntegrity, "index.sqlite: \(integrity.prefix(5).joined(separator: "; ")); run `trove fsck --rebuild-index`")
         }
         let start = report.findings.count
-        let (activeID, activeEnd, format) = store.appender.withLock { ($0.pack.segment.id, $0.pack.end, $0.format) }
+        let (appenderID, appenderEnd, format) = store.appender.withLock { ($0.pack.segment.id, $0.pack.end, $0.format) }
+        let (activeID, activeEnd) = bound ?? (appenderID, appenderEnd)
         let segmentRows = try index.segments()
         let rowsByID = Dictionary(uniqueKeysWithValues: segmentRows.map { ($0.id, $0) })
         let fileIDs = try PackDirectory.segmentIDs(in: packs)
@@ -110,7 +123,8 @@ struct FsckRun {
         var truncated: [UInt32: UInt64] = [:]
         let total = fileIDs.reduce(Int64(0)) { $0 + Int64(PackDirectory.segmentSize($1, in: packs) ?? 0) }
         var done: Int64 = 0
-        for id in Set(fileIDs).union(rowsByID.keys).sorted() {
+        // A segment newer than the active one was created since: it holds queued writes only.
+        for id in Set(fileIDs).union(rowsByID.keys).sorted() where id <= activeID {
             let name = "packs/\(PackFormat.fileName(forSegment: id))"
             let file: SegmentFile
             do {
@@ -310,6 +324,9 @@ struct FsckRun {
         var changes: [KeyChange] = []
         try index.writing {
             for row in strayRows { try index.deleteEntryRow(digest: row.keyDigest) }
+            // A stray row whose key digest is damaged (not a 16-byte BLOB) reads as a digest it
+            // is not stored under: the delete above misses it.
+            try index.deleteMalformedEntryRows()
             for (id, blob) in blobRowsToSet.sorted(by: { $0.key < $1.key }) {
                 try index.setBlob(
                     id: Int64(bitPattern: id), hash: blob.hash, length: blob.payloadLength, segment: blob.location.segment,

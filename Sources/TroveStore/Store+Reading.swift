@@ -19,10 +19,20 @@ extension Store {
     ///   recorded for `trove fsck --repair` and reads keep failing until then),
     ///   `.missingSegment` when the segment holding it is missing, `.io`, `.index` or `.closed`.
     public func entry(for key: CacheKey) throws(StoreError) -> Entry? {
-        guard let found = try locate(key, noteRead: true) else { return nil }
-        let data = try readBlob(of: found, key: key)
-        return Entry(data: data, info: info(found))
+        // A read whose blob went with a newer write of the key (the compactor reclaimed it
+        // between the lookup and the read) looks again; the last attempt reports what it finds.
+        for attempt in 0..<Self.supersededReadAttempts {
+            guard let found = try locate(key, noteRead: true) else { return nil }
+            let last = attempt == Self.supersededReadAttempts - 1
+            if let data = try readBlob(of: found, key: key, unlessSuperseded: !last) {
+                return Entry(data: data, info: info(found))
+            }
+        }
+        return nil  // not reached: the last attempt returns or throws
     }
+
+    /// How many times a get looks again when a newer write of its key took its blob away.
+    static let supersededReadAttempts = 8
 
     /// The bytes stored under `key`, verified; nil when there are none. See ``entry(for:)``.
     public func data(for key: CacheKey) throws(StoreError) -> Data? {
@@ -233,6 +243,14 @@ extension Store {
     /// Before calling a failed read damage, the key is looked up again: the compactor may have
     /// moved the blob (and deleted the old file) since `found` was read.
     func readBlob(of found: IndexedEntry, key: CacheKey) throws(StoreError) -> Data {
+        // Never nil: without `unlessSuperseded` every failure throws.
+        try readBlob(of: found, key: key, unlessSuperseded: false) ?? Data()
+    }
+
+    /// ``readBlob(of:key:)``; with `unlessSuperseded`, nil — nothing recorded — when the blob's
+    /// segment is gone because `key` was written or removed since `found` was looked up (the
+    /// compactor reclaimed the blob that write left dead): the caller looks again.
+    func readBlob(of found: IndexedEntry, key: CacheKey, unlessSuperseded: Bool) throws(StoreError) -> Data? {
         let failure: StoreError
         switch readBlobOnce(found.blob) {
         case .success(let data): return data
@@ -247,6 +265,7 @@ extension Store {
             shared.withLock { $0.map.blobMoved(for: key, to: fresh.blob) }
             return data
         }
+        if unlessSuperseded, failure.code == .missingSegment, isSuperseded(found, key: key) { return nil }
         let blob = found.blob
         if (failure.underlying as? PackError)?.code == .damagedPayload {
             let dropped = (try? dropDamagedBlob(blob, reason: failure.message)) ?? []
@@ -264,6 +283,19 @@ extension Store {
         error.key = key
         error.message = "\(key): \(failure.message)"
         throw error
+    }
+
+    /// Whether `key` was written or removed since `found` was looked up: its slot, else its
+    /// index row, is no longer `found`'s write.
+    private func isSuperseded(_ found: IndexedEntry, key: CacheKey) -> Bool {
+        let current: IndexedEntry?
+        switch shared.withLock({ $0.map.slot(for: key) }) {
+        case .removed: return true
+        case .present(let slot): current = slot
+        case nil: current = try? readIndex { try $0.entry(digest: key.digest) }
+        }
+        guard let current, current.entry.key == key else { return true }
+        return current.entry.sequence != found.entry.sequence
     }
 
     /// One read of `blob`'s record: its bytes, or the typed error.
