@@ -127,6 +127,13 @@ extension IndexDatabase {
         try connection.statement("DELETE FROM entries WHERE key_hash = ?").run([.hash(digest)])
     }
 
+    /// Deletes every entry row whose key digest is not a 16-byte BLOB, without touching its
+    /// blob's counts: a damaged row that no lookup by digest reaches and that
+    /// ``deleteEntryRow(digest:)`` cannot name (recompute derived columns afterwards).
+    public func deleteMalformedEntryRows() throws(IndexError) {
+        try connection.statement("DELETE FROM entries WHERE typeof(key_hash) != 'blob' OR length(key_hash) != 16").run()
+    }
+
     // MARK: Damage registry
 
     /// Records damage (once per segment, start and kind; a second report replaces the first).

@@ -122,8 +122,11 @@ struct SQLiteRow {
 
     func optionalText(_ column: Int32) -> String? { isNull(column) ? nil : text(column) }
 
-    /// A 16-byte hash column; nil when the column is not 16 bytes (a damaged row).
+    /// A 16-byte hash column; nil when the column is not a BLOB of 16 bytes (a damaged row:
+    /// TEXT of the same bytes is no match for a lookup bound as a BLOB, so it must not read as
+    /// a good digest either).
     func hash(_ column: Int32) -> ContentHash? {
+        guard sqlite3_column_type(handle, column) == SQLITE_BLOB else { return nil }
         let n = Int(sqlite3_column_bytes(handle, column))
         guard n == 16, let p = sqlite3_column_blob(handle, column) else { return nil }
         return ContentHash(bytes: UnsafeRawBufferPointer(start: p, count: n))

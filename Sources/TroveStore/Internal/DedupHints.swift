@@ -24,6 +24,9 @@ struct DedupHints {
     private var ids: [UInt64: Int64] = [:]
     private(set) var isLoaded = false
 
+    /// How many hints are held (tests check it stays bounded by the blobs).
+    var count: Int { ids.count }
+
     /// The blob id hinted for `hash`, if any.
     func candidate(for hash: ContentHash) -> Int64? { ids[hash.high] }
 
