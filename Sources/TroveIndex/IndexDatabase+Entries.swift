@@ -76,6 +76,8 @@ extension IndexDatabase {
     /// the digest's current row (`current`, nil for none) in this transaction: one lookup
     /// fewer, the committer's path.
     public func link(_ row: EntryRow, replacing current: EntryRow?) throws(IndexError) {
+        // Reported before the row is written: whatever fails after, the listener has it.
+        entryLinked?(row.keyDigest)
         // Retain first: when the replaced entry links to the same blob, releasing it first
         // would drop the blob to zero references.
         try retainBlob(row.blobID)
@@ -87,6 +89,25 @@ extension IndexDatabase {
             try statement(.insertEntry).run(Self.values(of: row))
         }
         try addLiveBytes(Int64(row.linkLength), segment: row.linkSegment)
+    }
+
+    /// Calls `body` with the key digest of every entry row, in no order (the store's key filter
+    /// is loaded from them), and returns how many rows there are.
+    @discardableResult
+    public func forEachEntryDigest(_ body: (ContentHash) -> Void) throws(IndexError) -> Int {
+        var count = 0
+        try statement(.entryDigests).query { (r) throws(IndexError) in
+            count += 1
+            // A damaged digest (not a 16-byte BLOB) matches no lookup: nothing to remember.
+            if let digest = r.hash(0) { body(digest) }
+            return true
+        }
+        return count
+    }
+
+    /// The number of entry rows.
+    public func entryCount() throws(IndexError) -> Int {
+        Int(try connection.statement("SELECT count(*) FROM entries").first { $0.int64(0) } ?? 0)
     }
 
     /// The values of `row` in the order of the entry insert statements.

@@ -1,3 +1,5 @@
+public import TroveCore
+
 /// Trove's index: one SQLite connection with Trove's schema and typed queries. No SQL
 /// leaves this module.
 ///
@@ -9,6 +11,11 @@ public final class IndexDatabase {
     /// Changes to segments' live bytes made in the open transaction, written once per segment
     /// when it commits (a put would otherwise update its segment's row up to three times).
     var liveByteDeltas: [UInt32: Int64] = [:]
+    /// Called with the key digest of every entry row this connection inserts or replaces, inside
+    /// the transaction that writes it (before it commits or rolls back): the one statement that
+    /// adds entry rows reports them here. The store's key filter listens on the committer's
+    /// connection.
+    public var entryLinked: ((ContentHash) -> Void)?
 
     /// Opens the index at `path`.
     ///
@@ -134,7 +141,26 @@ public final class IndexDatabase {
 
     /// Copies the WAL into the database and truncates it.
     public func checkpoint() throws(IndexError) {
-        try connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        try connection.checkpoint(.truncate)
+    }
+
+    /// Makes checkpoints the owner's job: commits on this connection no longer run SQLite's
+    /// automatic checkpoint (every 1 000 pages, inside `COMMIT`, with two fsyncs), and
+    /// ``walFrames`` counts the log instead. The store hands them to an ``IndexCheckpointer``
+    /// on its own thread (Docs/Architecture.md, "Checkpoints").
+    public func takeOverCheckpoints() {
+        connection.takeOverCheckpoints()
+    }
+
+    /// The frames in the write-ahead log after this connection's last commit (after
+    /// ``takeOverCheckpoints()``; 0 before).
+    public var walFrames: Int { connection.walFrames }
+
+    /// A checkpoint that waits for nobody: copies into the database what no reader still
+    /// needs. Returns the frames in the log and how many are copied.
+    @discardableResult
+    public func checkpointPassively() throws(IndexError) -> (log: Int, copied: Int) {
+        try connection.checkpoint(.passive)
     }
 
     // MARK: Meta

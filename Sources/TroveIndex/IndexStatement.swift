@@ -16,6 +16,7 @@ enum IndexStatement: Int {
     case addLiveBytes
     case setIndexedBytes
     case blobHints
+    case entryDigests
 
     var sql: String {
         switch self {
@@ -52,6 +53,8 @@ enum IndexStatement: Int {
         case .addLiveBytes: "UPDATE segments SET live_bytes = live_bytes + ? WHERE id = ?"
         case .setIndexedBytes: "UPDATE segments SET indexed_bytes = ? WHERE id = ?"
         case .blobHints: "SELECT id, hash FROM blobs"
+        // Any index of entries holds the digest (the primary key): SQLite scans the smallest.
+        case .entryDigests: "SELECT key_hash FROM entries"
         }
     }
 }

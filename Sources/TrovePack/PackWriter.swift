@@ -108,6 +108,43 @@ public final class PackWriter {
         return try header.withUnsafeBytes { h throws in try append([h, payload]) }
     }
 
+    /// Appends a blob record for blob `id` and then `link` (which names it), in one write;
+    /// returns both offsets. The same records as ``appendBlob(hash:id:payload:)`` followed by
+    /// ``appendLink(_:digest:)``, in one system call instead of two.
+    ///
+    /// - Throws: ``PackError/Code/recordTooLarge`` for payloads over the format's limit.
+    public func appendBlob(
+        hash: ContentHash, id: UInt64, payload: UnsafeRawBufferPointer, thenLink link: LinkRecord, digest: ContentHash
+    ) throws -> (blob: UInt64, link: UInt64) {
+        guard UInt64(payload.count) <= PackFormat.maximumBodyLength else {
+            throw PackError(
+                code: .recordTooLarge,
+                message: "a blob of \(payload.count) bytes is over the pack format's limit of "
+                    + "\(PackFormat.maximumBodyLength) bytes",
+                path: segment.path)
+        }
+        let blobOffset = end
+        let linkOffset = blobOffset + Self.blobRecordLength(payloadLength: payload.count)
+        let blobHeader = RecordCodec.header(
+            identity: RecordIdentity(type: .blob, sequence: id, digest: hash), bodyLength: payload.count,
+            bodyChecksum: XXH3.hash64(payload, seed: segment.format.bodySeed(.blob)), format: segment.format,
+            segment: segment.id, offset: blobOffset)
+        let body = RecordCodec.linkBody(link)
+        return try body.withUnsafeBytes { b throws in
+            let linkHeader = RecordCodec.header(
+                identity: RecordIdentity(type: .link, sequence: link.sequence, digest: digest), bodyLength: b.count,
+                bodyChecksum: XXH3.hash64(b, seed: segment.format.bodySeed(.link)), format: segment.format,
+                segment: segment.id, offset: linkOffset)
+            return try blobHeader.withUnsafeBytes { bh throws in
+                try linkHeader.withUnsafeBytes { lh throws in
+                    let offset = try append([bh, payload, lh, b])
+                    assert(offset == blobOffset)
+                    return (blobOffset, linkOffset)
+                }
+            }
+        }
+    }
+
     /// Appends a link record and returns its offset.
     ///
     /// - Parameter digest: the link's key digest, when the caller has it already.

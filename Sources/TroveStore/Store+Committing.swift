@@ -44,6 +44,7 @@ extension Store {
         else {
             // Nothing to commit, but reads fill the map too: it is held to its limit here as well.
             holdLocationMapToLimit()
+            loadKeyFilterIfWanted(state.index)
             return bound
         }
         var superseded: [LinkRecord] = []
@@ -76,6 +77,8 @@ extension Store {
             throw StoreError(index: error)
         }
         state.committedSequence = snapshot.sequence
+        scheduleCheckpoint(index)
+        loadKeyFilterIfWanted(index)
         if state.deferredReplay != nil {
             state.deferredReplay = nil
             shared.withLock { $0.map.unpin() }
@@ -93,6 +96,38 @@ extension Store {
             shared.withLock { $0.map.committed(limit: limit, waiting: appender.waitingKeys(removalsOnly:)) }
         }
         return bound
+    }
+
+    /// Loads the key filter when a put asked for it (held: the committer lock; no transaction is
+    /// open, and none can start during the scan). The bits are built without the filter's lock,
+    /// so puts asking it meanwhile are answered "maybe" instead of waiting. Best effort: a failed
+    /// scan leaves it unloaded, to be tried at the next cycle.
+    func loadKeyFilterIfWanted(_ index: IndexDatabase) {
+        guard keyFilter.withLock({ $0.isWanted && !$0.isLoaded }),
+            let loaded = try? KeyDigestFilter.loaded(from: index)
+        else { return }
+        keyFilter.withLock { $0 = loaded }
+    }
+
+    /// Log frames (pages written by commits) at which a commit asks the checkpointer to copy
+    /// the log into the database: SQLite's own automatic threshold, a 4 MiB log.
+    static let checkpointFrames = 1_000
+
+    /// Log frames at which the committer checkpoints itself after a commit: the checkpointer fell
+    /// behind (or failed), and the log must not grow without bound. About 32 MiB.
+    static let walFrameLimit = 8_000
+
+    /// After a commit: asks for a checkpoint when the log has grown past ``checkpointFrames``,
+    /// and runs one on the committer when it is past ``walFrameLimit`` (held: the committer lock).
+    private func scheduleCheckpoint(_ index: IndexDatabase) {
+        let frames = index.walFrames
+        guard frames >= Self.checkpointFrames else { return }
+        if frames >= Self.walFrameLimit {
+            // Best effort, as SQLite's automatic checkpoint: a failure leaves the log to the next try.
+            _ = try? index.checkpointPassively()
+        } else {
+            checkpointer.request()
+        }
     }
 
     /// Empties the location map but for the slots of queued writes when it holds more than

@@ -26,8 +26,9 @@ extension Store {
     ///   acknowledged: it may have no effect, or — when its record reached the pack before the
     ///   failure (a full disk at the index commit) — take effect once the index catches up
     ///   (Docs/Architecture.md, "Failed writes"). Never a partial value.
-    /// - Complexity: one XXH3-128 pass over `data`, two indexed lookups on a reader
-    ///   connection, one or two `pwrite`s. No index write and no fsync on the caller's thread
+    /// - Complexity: one XXH3-128 pass over `data`, at most two indexed lookups on a reader
+    ///   connection (none for a new key with new bytes: the key filter and dedup hints answer),
+    ///   one `pwritev` (the blob and link records together). No index write and no fsync on the caller's thread
     ///   unless durability is `full`.
     public func put(_ data: Data, for key: CacheKey, metadata: EntryMetadata = EntryMetadata()) throws(StoreError) {
         // `withUnsafeBytes` does not carry a typed error through: a Result does.
@@ -84,10 +85,17 @@ extension Store {
         // Read before the lookup: a compaction that moves the candidate's blob after it shows.
         let relocations = shared.withLock { $0.map.relocations }
         let hinted = try dedupCandidate(for: hash)
-        // One reader for both lookups: the key's row and the hinted blob's.
-        let (existing, candidate) = try readIndex { index in
-            (try index.entryRow(digest: digest), try hinted.flatMap { try index.blob(id: $0) })
-        }
+        // The key's row, for the collision check, unless the key filter says the index has no row
+        // with this digest (a new key: the usual put); one reader for it and the hinted blob.
+        let mayBeIndexed = keyMayBeIndexed(digest)
+        let (existing, candidate) =
+            mayBeIndexed || hinted != nil
+            ? try readIndex { index in
+                (
+                    try mayBeIndexed ? index.entryRow(digest: digest) : nil,
+                    try hinted.flatMap { try index.blob(id: $0) }
+                )
+            } : (nil, nil)
         if let existing, existing.key != key {
             throw StoreError(
                 code: .keyCollision,
@@ -123,26 +131,33 @@ extension Store {
                 try state.rotate(packs: packsDirectory, createdAt: now)
             }
             let blob: BlobRow
+            let linkOffset: UInt64
             var appendedBlob: Int64?
             if let equal {
                 blob = equal
-            } else {
-                // A new blob's id is the next sequence number: unique for the store's life.
-                let id = state.nextSequence
-                let offset = try packCall { try state.pack.appendBlob(hash: hash, id: id, payload: bytes) }
+                link.blobID = UInt64(bitPattern: blob.id)
+                link.sequence = state.nextSequence
+                linkOffset = try packCall { try state.pack.appendLink(link, digest: digest) }
                 state.nextSequence += 1
+            } else {
+                // A new blob's id is the next sequence number: unique for the store's life. Its
+                // record and the link's go to the pack in one write.
+                let id = state.nextSequence
+                link.blobID = id
+                link.sequence = id + 1
+                let offsets = try packCall {
+                    try state.pack.appendBlob(hash: hash, id: id, payload: bytes, thenLink: link, digest: digest)
+                }
+                state.nextSequence += 2
                 blob = BlobRow(
-                    id: Int64(bitPattern: id), hash: hash, length: length, segment: state.pack.segment.id, offset: offset,
-                    recordBytes: blobLength, references: 0)
-                state.enqueue(offset: offset, length: blobLength, .blob(hash: hash, id: id, payloadLength: length))
+                    id: Int64(bitPattern: id), hash: hash, length: length, segment: state.pack.segment.id,
+                    offset: offsets.blob, recordBytes: blobLength, references: 0)
+                state.enqueue(offset: offsets.blob, length: blobLength, .blob(hash: hash, id: id, payloadLength: length))
                 state.pendingBlobs[PendingBlobKey(hash: hash, length: length), default: []].append(blob)
                 appendedBlob = blob.id
+                linkOffset = offsets.link
             }
-            link.blobID = UInt64(bitPattern: blob.id)
-            link.sequence = state.nextSequence
-            let linkOffset = try packCall { try state.pack.appendLink(link, digest: digest) }
             state.enqueue(offset: linkOffset, length: linkLength, .link(link))
-            state.nextSequence += 1
             let row = EntryRow(
                 keyDigest: digest, url: key.url, variant: key.variant, blobID: blob.id, linkSegment: state.pack.segment.id,
                 linkOffset: linkOffset, linkLength: linkLength, sequence: link.sequence, etag: metadata.etag,
@@ -155,6 +170,13 @@ extension Store {
         if let newBlob { dedupHints.withLock { $0.add(hash, id: newBlob) } }
         try afterWrite(sequence: sequence, queued: queued)
         return hash
+    }
+
+    /// Whether the committed index may have an entry row with key digest `digest` (false: it has
+    /// none, for certain). Never waits: before the key filter is loaded the answer is "maybe",
+    /// and the next commit cycle loads it.
+    private func keyMayBeIndexed(_ digest: ContentHash) -> Bool {
+        keyFilter.withLock { $0.mayContain(digest) }
     }
 
     /// The blob id the dedup hints name for `hash`, if any. Loads the hints on first use.

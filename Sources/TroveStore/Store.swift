@@ -51,7 +51,12 @@ public final class Store: Sendable {
     /// Dedup candidates by content hash. Never held around another store lock, nor taken under
     /// one (see ``DedupHints``).
     let dedupHints = Locked(DedupHints())
+    /// Key digests the committed index may hold, so that a put of a new key skips the lookup of
+    /// its collision check. Lock order: `committer`, then `keyFilter` (see ``KeyDigestFilter``).
+    let keyFilter = Locked(KeyDigestFilter())
     let background = BackgroundCommitter()
+    /// Checkpoints the index's log off the committer thread, when a commit cycle asks.
+    let checkpointer: BackgroundCheckpointer
     private let processLock: Locked<ProcessLock?>
 
     /// The largest value a store accepts: 1 GiB less 24 bytes (what a version-1 blob record,
@@ -121,6 +126,11 @@ public final class Store: Sendable {
             AppendState(
                 pack: opened.pack, nextSequence: opened.nextSequence, format: opened.pack.segment.format,
                 faults: configuration.faultInjector))
+        // Checkpoints are the checkpointer's from here on, not a side effect of a commit.
+        opened.index.takeOverCheckpoints()
+        // Every entry row the committer writes from here on reaches the key filter.
+        opened.index.entryLinked = { [keyFilter] digest in keyFilter.withLock { $0.insert(digest) } }
+        self.checkpointer = BackgroundCheckpointer(path: directory + "/index.sqlite")
         let commitState = CommitState(index: opened.index, committedSequence: opened.nextSequence)
         commitState.deferredReplay = opened.deferred
         self.committer = Locked(commitState)
@@ -181,6 +191,7 @@ public final class Store: Sendable {
                 if queued { failure = error }
             }
         }
+        checkpointer.stop()
         committer.withLock { slot in
             if let state = slot {
                 state.isClosed = true

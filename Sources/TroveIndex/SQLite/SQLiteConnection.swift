@@ -93,6 +93,48 @@ final class SQLiteConnection {
         guard rc == SQLITE_OK else { throw error(rc) }
     }
 
+    // MARK: Checkpoints
+
+    /// Frames in the write-ahead log after this connection's last commit; kept by the WAL hook
+    /// that ``takeOverCheckpoints()`` installs (0 before).
+    private let walCounter = WALCounter()
+    var walFrames: Int { walCounter.frames }
+
+    /// Stops SQLite from checkpointing at this connection's commits (its automatic checkpoint
+    /// runs inside `COMMIT`, on the committer thread) and counts the log's frames instead: the
+    /// owner decides when and where checkpoints run.
+    func takeOverCheckpoints() {
+        let context = Unmanaged.passUnretained(walCounter).toOpaque()
+        _ = sqlite3_wal_hook(
+            handle,
+            { context, _, _, frames in
+                if let context { Unmanaged<WALCounter>.fromOpaque(context).takeUnretainedValue().frames = Int(frames) }
+                return SQLITE_OK
+            }, context)
+    }
+
+    /// The checkpoint modes Trove uses.
+    enum CheckpointMode {
+        /// Copies what it can without waiting for readers or the writer.
+        case passive
+        /// Waits for the writer and readers, copies the whole log and truncates it to zero bytes.
+        case truncate
+    }
+
+    /// Runs a checkpoint. Returns the frames in the log and how many of them are now copied into
+    /// the database.
+    @discardableResult
+    func checkpoint(_ mode: CheckpointMode) throws(IndexError) -> (log: Int, copied: Int) {
+        var log: Int32 = 0
+        var copied: Int32 = 0
+        let rc = sqlite3_wal_checkpoint_v2(
+            handle, nil, mode == .passive ? SQLITE_CHECKPOINT_PASSIVE : SQLITE_CHECKPOINT_TRUNCATE, &log, &copied)
+        // BUSY: another connection holds what the mode needed; nothing is wrong.
+        guard rc == SQLITE_OK || rc & 0xff == SQLITE_BUSY else { throw error(rc, sql: "checkpoint") }
+        if mode == .truncate && rc == SQLITE_OK { walCounter.frames = 0 }
+        return (Int(log), Int(copied))
+    }
+
     /// The rowid of the last inserted row.
     var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
 
@@ -110,4 +152,10 @@ final class SQLiteConnection {
         return IndexError(
             code: code, message: "\(path): \(text)", resultCode: primary, extendedResultCode: rc, sql: sql)
     }
+}
+
+/// The write-ahead log's frame count, set by SQLite's WAL hook on the connection's thread and
+/// read by the connection's owner (the same confinement as the connection).
+private final class WALCounter {
+    var frames = 0
 }

@@ -113,19 +113,35 @@ enum SystemCall {
         guard offset <= UInt64(Int64.max) - UInt64(total) else {
             throw ioError("pwrite", path: path, offset: offset, errno: EFBIG)
         }
-        var position = off_t(offset)
-        for part in parts where part.count > 0 {
-            var done = 0
-            while done < part.count {
-                let n = Glibc.pwrite(fd, part.baseAddress! + done, min(part.count - done, budget), position)
-                if n >= 0 {
-                    done += n
-                    position += off_t(n)
-                    budget -= n
-                    if budget == 0, let failure { throw ioError("pwrite", path: path, offset: offset, errno: failure) }
-                } else if errno != EINTR {
-                    throw ioError("pwrite", path: path, offset: offset, errno: errno)
+        // One pwritev(2) for all parts (a record's header and body, or several records): a put
+        // is one system call, not one per part. `budget` stops it short where a fault says so.
+        let limit = min(total, budget)
+        var done = 0
+        while done < limit {
+            let n = withUnsafeTemporaryAllocation(of: iovec.self, capacity: max(parts.count, 1)) { iov -> Int in
+                // The iovecs of what is left: skip `done` bytes, stop at `limit`.
+                var count = 0
+                var skip = done
+                var room = limit - done
+                for part in parts where part.count > 0 && room > 0 {
+                    if skip >= part.count {
+                        skip -= part.count
+                        continue
+                    }
+                    let length = min(part.count - skip, room)
+                    iov[count] = iovec(iov_base: UnsafeMutableRawPointer(mutating: part.baseAddress! + skip), iov_len: length)
+                    count += 1
+                    room -= length
+                    skip = 0
                 }
+                return Glibc.pwritev(fd, iov.baseAddress, Int32(count), off_t(offset) + off_t(done))
+            }
+            if n > 0 {
+                done += n
+            } else if n == 0 {
+                throw ioError("pwritev", path: path, offset: offset, errno: EIO)
+            } else if errno != EINTR {
+                throw ioError("pwrite", path: path, offset: offset, errno: errno)
             }
         }
         if let failure { throw ioError("pwrite", path: path, offset: offset, errno: failure) }

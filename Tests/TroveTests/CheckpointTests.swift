@@ -1,0 +1,73 @@
+import Foundation
+import Testing
+import TroveCore
+import TroveIndex
+import TroveStoreTestSupport
+import TroveTestSupport
+
+@_spi(Testing) @testable import TroveStore
+
+/// Checkpoints of the index's write-ahead log run on the checkpointer's thread, not inside the
+/// committer's `COMMIT` (Docs/Architecture.md, "Checkpoints"), and the log stays bounded
+/// whether the checkpointer keeps up or not.
+@Suite struct CheckpointTests {
+    /// The pages a commit writes to the log, with their frame headers.
+    static let frameBytes = Int64(4096 + 24)
+
+    static func walBytes(_ dir: String) -> Int64 {
+        Int64((try? FileManager.default.attributesOfItem(atPath: dir + "/store/index.sqlite-wal")[.size] as? Int) ?? 0)
+    }
+
+    static func small(_ i: Int) -> Data { Data(testBytes(seed: UInt64(i) &* 31, count: 200 + i % 300)) }
+
+    /// A stream of puts takes the log past the threshold many times over: the checkpointer copies
+    /// it, the values read back before and after a reopen, and fsck finds the index sound.
+    @Test func theCheckpointerCopiesTheLogWhilePutsGoOn() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir) { $0.compactionInterval = nil }
+            let count = 12_000
+            for i in 0..<count { try store.put(Self.small(i), for: key(i)) }
+            try store.flush()
+            #expect(store.checkpointer.copiedFrames > 0, "no checkpoint copied anything on the checkpointer's thread")
+            // Frames the log may hold at most: the committer's own limit, and a cycle's pages.
+            #expect(Self.walBytes(dir) <= Int64(Store.walFrameLimit + 4_000) * Self.frameBytes)
+            for i in stride(from: 0, to: count, by: 7) { #expect(try store.data(for: key(i)) == Self.small(i)) }
+            try store.close()
+            // Closing truncates the log.
+            #expect(Self.walBytes(dir) == 0)
+            let reopened = try openStore(dir) { $0.compactionInterval = nil }
+            for i in stride(from: 3, to: count, by: 7) { #expect(try reopened.data(for: key(i)) == Self.small(i)) }
+            #expect(try reopened.fsck().isClean)
+            try reopened.close()
+        }
+    }
+
+    /// With the checkpointer gone (stopped here; in life: it fails, or falls behind), the
+    /// committer checkpoints itself once the log passes ``Store/walFrameLimit``: without that
+    /// the log of these puts would hold more than twice as many frames.
+    @Test func theCommitterBoundsTheLogWhenTheCheckpointerDoesNotRun() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir) { $0.compactionInterval = nil }
+            store.checkpointer.stop()
+            let count = 24_000
+            var largest: Int64 = 0
+            var mostFrames = 0
+            for i in 0..<count {
+                try store.put(Self.small(i), for: key(i))
+                if i % 1_000 == 999 {
+                    try store.flush()
+                    largest = max(largest, Self.walBytes(dir))
+                    mostFrames = max(mostFrames, try store.withIndex { $0.walFrames })
+                }
+            }
+            #expect(mostFrames > Store.checkpointFrames, "the committer checkpointed before its limit")
+            #expect(largest <= Int64(Store.walFrameLimit + 4_000) * Self.frameBytes, "the log grew to \(largest) bytes")
+            #expect(store.checkpointer.completedPasses == 0)
+            for i in stride(from: 0, to: count, by: 11) { #expect(try store.data(for: key(i)) == Self.small(i)) }
+            try store.close()
+            let reopened = try openStore(dir) { $0.compactionInterval = nil }
+            #expect(try reopened.fsck().isClean)
+            try reopened.close()
+        }
+    }
+}
