@@ -110,6 +110,39 @@ extension IndexDatabase {
         Int(try connection.statement("SELECT count(*) FROM entries").first { $0.int64(0) } ?? 0)
     }
 
+    /// Inserts blob `id` — unless a row has that id — already referenced by `row`, which links
+    /// to it, and writes `row` in place of `current` (the key's row, if any): the same rows, counts
+    /// and live bytes as ``insertBlob(id:hash:length:segment:offset:recordBytes:)`` followed by
+    /// ``link(_:replacing:)``, in two statements instead of four. This is how a put of new bytes
+    /// is applied. Run inside a transaction.
+    ///
+    /// - Returns: false, having changed nothing, when a blob row with that id exists (the caller
+    ///   links the row the usual way).
+    public func insertBlob(
+        id: Int64, hash: ContentHash, length: UInt64, segment: UInt32, offset: UInt64, recordBytes: UInt64,
+        linking row: EntryRow, replacing current: EntryRow?
+    ) throws(IndexError) -> Bool {
+        precondition(row.blobID == id, "the row must link the blob it is inserted with")
+        // Reported before the row is written, as link(_:replacing:) does.
+        entryLinked?(row.keyDigest)
+        try statement(.insertLinkedBlob).run([
+            .integer(id), .hash(hash), .integer(Int64(length)), .integer(Int64(segment)),
+            .integer(Int64(offset)), .integer(Int64(recordBytes)),
+        ])
+        guard connection.changes > 0 else { return false }
+        // Its first reference: the record becomes live bytes of its segment.
+        try addLiveBytes(Int64(recordBytes), segment: segment)
+        if let current {
+            try addLiveBytes(-Int64(current.linkLength), segment: current.linkSegment)
+            try releaseBlob(current.blobID)
+            try statement(.replaceEntry).run(Self.values(of: row))
+        } else {
+            try statement(.insertEntry).run(Self.values(of: row))
+        }
+        try addLiveBytes(Int64(row.linkLength), segment: row.linkSegment)
+        return true
+    }
+
     /// The values of `row` in the order of the entry insert statements.
     static func values(of row: EntryRow) -> [SQLiteValue] {
         [

@@ -7,6 +7,7 @@ enum IndexStatement: Int {
     case entriesByURL
     case blobByID
     case insertBlob
+    case insertLinkedBlob
     case retainBlob
     case releaseBlob
     case insertEntry
@@ -36,9 +37,9 @@ enum IndexStatement: Int {
             ORDER BY 3
             """
         case .blobByID: "SELECT \(IndexDatabase.blobColumns) FROM blobs b WHERE b.id = ?"
-        case .insertBlob:
-            "INSERT INTO blobs(id, hash, length, segment, offset, record_bytes, refs) VALUES (?, ?, ?, ?, ?, ?, 0) "
-                + "ON CONFLICT(id) DO NOTHING"
+        case .insertBlob, .insertLinkedBlob:
+            "INSERT INTO blobs(id, hash, length, segment, offset, record_bytes, refs) VALUES (?, ?, ?, ?, ?, ?, "
+                + (self == .insertBlob ? "0" : "1") + ") ON CONFLICT(id) DO NOTHING"
         case .retainBlob: "UPDATE blobs SET refs = refs + 1 WHERE id = ? RETURNING refs, segment, record_bytes"
         case .releaseBlob: "UPDATE blobs SET refs = refs - 1 WHERE id = ? RETURNING refs, segment, record_bytes"
         case .insertEntry, .replaceEntry:

@@ -62,7 +62,7 @@ extension Store {
                     try index.insertSegment(id: id, indexedBytes: UInt64(PackFormat.segmentHeaderSize))
                 }
                 let applier = IndexApplier(index: index)
-                for write in snapshot.writes { try applier.apply(write.record, segment: write.segment) }
+                try applier.apply(snapshot.writes)
                 for sealed in snapshot.rotated {
                     try index.setIndexedBytes(sealed.end, segment: sealed.file.id)
                     try index.sealSegment(sealed.file.id)

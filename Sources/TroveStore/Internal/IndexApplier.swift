@@ -13,6 +13,44 @@ struct IndexApplier {
     /// What applying a record did.
     enum Outcome { case applied, alreadyReflected, skipped }
 
+    /// Applies `writes` in the order they were written (the commit path). A new blob's record
+    /// followed by the link that names it — how a put of new bytes is written — is applied as one
+    /// (``IndexDatabase/insertBlob(id:hash:length:segment:offset:recordBytes:linking:replacing:)``):
+    /// the same rows as applying the two records one by one, which is what happens whenever the
+    /// pair does not qualify.
+    func apply(_ writes: [PendingWrite]) throws {
+        var i = writes.startIndex
+        while i < writes.endIndex {
+            if i + 1 < writes.endIndex, try applyPair(writes[i], writes[i + 1]) {
+                i += 2
+            } else {
+                try apply(writes[i].record, segment: writes[i].segment)
+                i += 1
+            }
+        }
+    }
+
+    /// Applies a new blob and the link that follows it together when that gives what applying them
+    /// one by one would: the link names the blob by id, hash and length, and the key has no entry
+    /// or an older one of the same key. Returns false, having changed nothing, otherwise.
+    private func applyPair(_ first: PendingWrite, _ second: PendingWrite) throws -> Bool {
+        guard case .blob(let hash, let id, let length) = first.record.content,
+            case .link(let link) = second.record.content,
+            link.blobID == id, link.blobHash == hash, link.blobLength == length
+        else { return false }
+        let key = link.key
+        let digest = key.digest
+        let existing = try index.entryRow(digest: digest)
+        if let existing, existing.key != key || existing.sequence >= link.sequence { return false }
+        let row = row(
+            for: link, digest: digest,
+            location: RecordLocation(segment: second.segment, offset: second.record.offset, length: second.record.length),
+            accessedAt: link.createdAt)
+        return try index.insertBlob(
+            id: Int64(bitPattern: id), hash: hash, length: length, segment: first.segment, offset: first.record.offset,
+            recordBytes: first.record.length, linking: row, replacing: existing)
+    }
+
     /// Applies `record`, found at `record.offset` of `segment` (the commit path: records in
     /// the order they were written).
     @discardableResult
