@@ -70,4 +70,54 @@ import TroveTestSupport
             try reopened.close()
         }
     }
+
+    /// A read transaction held across commits — `forEachEntry` holds one for its whole
+    /// enumeration, by design (one snapshot) — pins the log: no checkpoint copies past its
+    /// snapshot and the log outgrows the bound while it lasts (found by an outside attack;
+    /// Docs/Architecture.md, "Checkpoints", says so). Once it ends, the next commits copy the log
+    /// and start it over.
+    @Test func aReaderHeldAcrossCommitsPinsTheLogUntilItEnds() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir) { $0.compactionInterval = nil }
+            try store.put(Self.small(0), for: key(0))
+            try store.flush()
+            let count = 24_000
+            var pinnedFrames = 0
+            var first = true
+            try store.forEachEntry { _ in
+                guard first else { return }
+                first = false
+                for i in 1..<count { try store.put(Self.small(i), for: key(i)) }
+                try store.flush()
+                pinnedFrames = try store.withIndex { $0.walFrames }
+            }
+            #expect(pinnedFrames > Store.walFrameLimit, "the enumeration did not pin the log (\(pinnedFrames) frames)")
+            // Released: a few more commits, and the log starts over.
+            var frames = Int.max
+            for round in 0..<20 where frames > Store.walFrameLimit {
+                for i in 0..<300 { try store.put(Self.small(count + round * 300 + i), for: key(count + round * 300 + i)) }
+                try store.flush()
+                frames = try store.withIndex { $0.walFrames }
+            }
+            #expect(frames <= Store.walFrameLimit, "the log kept \(frames) frames after the reader ended")
+            for i in stride(from: 0, to: count, by: 13) { #expect(try store.data(for: key(i)) == Self.small(i)) }
+            try store.close()
+        }
+    }
+
+    /// Compaction's TRUNCATE while the checkpointer runs its own checkpoint (which makes SQLite
+    /// answer BUSY at once, without waiting): it is asked again, and the log is truncated.
+    @Test func aCompactionPassTruncatesTheLogWhileTheCheckpointerWorks() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir) { $0.compactionInterval = nil }
+            for round in 0..<8 {
+                for i in 0..<3_000 { try store.put(Self.small(round * 3_000 + i), for: key(round * 3_000 + i)) }
+                try store.flush()
+                _ = try store.compact()
+                #expect(Self.walBytes(dir) == 0, "round \(round): the pass left \(Self.walBytes(dir)) bytes of log")
+            }
+            #expect(store.checkpointer.completedPasses > 0)
+            try store.close()
+        }
+    }
 }

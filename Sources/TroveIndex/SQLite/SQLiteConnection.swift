@@ -1,5 +1,9 @@
 import CSQLite
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// One SQLite connection: owns its `sqlite3` handle and a cache of prepared statements.
 ///
 /// Confined to one owner at a time (the store's committer, or one reader taken from a pool):
@@ -127,8 +131,18 @@ final class SQLiteConnection {
     func checkpoint(_ mode: CheckpointMode) throws(IndexError) -> (log: Int, copied: Int) {
         var log: Int32 = 0
         var copied: Int32 = 0
-        let rc = sqlite3_wal_checkpoint_v2(
+        let clock = ContinuousClock()
+        let deadline = clock.now + .seconds(1)
+        var rc = sqlite3_wal_checkpoint_v2(
             handle, nil, mode == .passive ? SQLITE_CHECKPOINT_PASSIVE : SQLITE_CHECKPOINT_TRUNCATE, &log, &copied)
+        // A TRUNCATE waits (busy handler) for readers and the writer, but not for another
+        // connection's checkpoint — the checkpointer's, which takes milliseconds: it is asked
+        // again until a second has passed since the first try, rather than leaving the log
+        // untruncated. (A reader that outlasts the busy timeout still wins: BUSY is returned.)
+        while mode == .truncate, rc & 0xff == SQLITE_BUSY, clock.now < deadline {
+            usleep(5_000)
+            rc = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_TRUNCATE, &log, &copied)
+        }
         // BUSY: another connection holds what the mode needed; nothing is wrong.
         guard rc == SQLITE_OK || rc & 0xff == SQLITE_BUSY else { throw error(rc, sql: "checkpoint") }
         if mode == .truncate && rc == SQLITE_OK { walCounter.frames = 0 }

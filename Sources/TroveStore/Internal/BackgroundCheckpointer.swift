@@ -16,8 +16,9 @@ import TroveIndex
 /// Started on the first request; one thread, a wake-up condition and a shutting-down flag, like
 /// ``BackgroundCommitter``.
 final class BackgroundCheckpointer: @unchecked Sendable {
-    // `@unchecked Sendable`: `requested`, `shuttingDown`, `started` and `passes` are read and
-    // written only with `condition` locked; the connection lives on the thread.
+    // `@unchecked Sendable`: `requested`, `shuttingDown`, `started`, `exited`, `passes` and
+    // `copied` are read and written only with `condition` locked; the connection lives on the
+    // thread.
     private let path: String
     private let condition = NSCondition()
     private var requested = false
@@ -25,7 +26,7 @@ final class BackgroundCheckpointer: @unchecked Sendable {
     private var started = false
     private var passes = 0
     private var copied = 0
-    private let exited = DispatchSemaphore(value: 0)
+    private var exited = false
 
     /// A checkpointer for the index at `path`.
     init(path: String) {
@@ -63,15 +64,14 @@ final class BackgroundCheckpointer: @unchecked Sendable {
         condition.signal()
     }
 
-    /// Stops the thread, waiting for a checkpoint under way to finish. Later requests are ignored;
-    /// a second call returns at once (a store closes again when it is deinitialized).
+    /// Stops the thread, waiting for a checkpoint under way to finish — every caller waits, so
+    /// two closes at once both return with the thread gone. Later requests are ignored.
     func stop() {
         condition.lock()
-        let wasRunning = started && !shuttingDown
+        defer { condition.unlock() }
         shuttingDown = true
-        condition.signal()
-        condition.unlock()
-        if wasRunning { exited.wait() }
+        condition.broadcast()
+        while started && !exited { condition.wait() }
     }
 
     private func run() {
@@ -92,6 +92,9 @@ final class BackgroundCheckpointer: @unchecked Sendable {
             condition.unlock()
         }
         connection = nil
-        exited.signal()
+        condition.lock()
+        exited = true
+        condition.broadcast()
+        condition.unlock()
     }
 }
