@@ -81,6 +81,12 @@ extension IndexDatabase {
         // Retain first: when the replaced entry links to the same blob, releasing it first
         // would drop the blob to zero references.
         try retainBlob(row.blobID)
+        try write(row, replacing: current)
+    }
+
+    /// Writes `row` in place of `current` (the key's row, nil for none), releasing `current`'s
+    /// blob and moving the link's live bytes; `row`'s blob is already retained.
+    private func write(_ row: EntryRow, replacing current: EntryRow?) throws(IndexError) {
         if let current {
             try addLiveBytes(-Int64(current.linkLength), segment: current.linkSegment)
             try releaseBlob(current.blobID)
@@ -132,14 +138,7 @@ extension IndexDatabase {
         guard connection.changes > 0 else { return false }
         // Its first reference: the record becomes live bytes of its segment.
         try addLiveBytes(Int64(recordBytes), segment: segment)
-        if let current {
-            try addLiveBytes(-Int64(current.linkLength), segment: current.linkSegment)
-            try releaseBlob(current.blobID)
-            try statement(.replaceEntry).run(Self.values(of: row))
-        } else {
-            try statement(.insertEntry).run(Self.values(of: row))
-        }
-        try addLiveBytes(Int64(row.linkLength), segment: row.linkSegment)
+        try write(row, replacing: current)
         return true
     }
 

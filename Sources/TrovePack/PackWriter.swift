@@ -94,13 +94,7 @@ public final class PackWriter {
     ///
     /// - Throws: ``PackError/Code/recordTooLarge`` for payloads over the format's limit.
     public func appendBlob(hash: ContentHash, id: UInt64, payload: UnsafeRawBufferPointer) throws -> UInt64 {
-        guard UInt64(payload.count) <= PackFormat.maximumBodyLength else {
-            throw PackError(
-                code: .recordTooLarge,
-                message: "a blob of \(payload.count) bytes is over the pack format's limit of "
-                    + "\(PackFormat.maximumBodyLength) bytes",
-                path: segment.path)
-        }
+        try checkBlobLength(payload.count)
         let checksum = XXH3.hash64(payload, seed: segment.format.bodySeed(.blob))
         let header = RecordCodec.header(
             identity: RecordIdentity(type: .blob, sequence: id, digest: hash), bodyLength: payload.count,
@@ -116,13 +110,7 @@ public final class PackWriter {
     public func appendBlob(
         hash: ContentHash, id: UInt64, payload: UnsafeRawBufferPointer, thenLink link: LinkRecord, digest: ContentHash
     ) throws -> (blob: UInt64, link: UInt64) {
-        guard UInt64(payload.count) <= PackFormat.maximumBodyLength else {
-            throw PackError(
-                code: .recordTooLarge,
-                message: "a blob of \(payload.count) bytes is over the pack format's limit of "
-                    + "\(PackFormat.maximumBodyLength) bytes",
-                path: segment.path)
-        }
+        try checkBlobLength(payload.count)
         let blobOffset = end
         let linkOffset = blobOffset + Self.blobRecordLength(payloadLength: payload.count)
         let blobHeader = RecordCodec.header(
@@ -142,6 +130,16 @@ public final class PackWriter {
                     return (blobOffset, linkOffset)
                 }
             }
+        }
+    }
+
+    /// Throws ``PackError/Code/recordTooLarge`` for a payload over the format's limit.
+    private func checkBlobLength(_ count: Int) throws(PackError) {
+        guard UInt64(count) <= PackFormat.maximumBodyLength else {
+            throw PackError(
+                code: .recordTooLarge,
+                message: "a blob of \(count) bytes is over the pack format's limit of \(PackFormat.maximumBodyLength) bytes",
+                path: segment.path)
         }
     }
 
