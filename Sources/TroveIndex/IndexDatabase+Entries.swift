@@ -98,17 +98,13 @@ extension IndexDatabase {
     }
 
     /// Calls `body` with the key digest of every entry row, in no order (the store's key filter
-    /// is loaded from them), and returns how many rows there are.
-    @discardableResult
-    public func forEachEntryDigest(_ body: (ContentHash) -> Void) throws(IndexError) -> Int {
-        var count = 0
+    /// is loaded from them).
+    public func forEachEntryDigest(_ body: (ContentHash) -> Void) throws(IndexError) {
         try statement(.entryDigests).query { (r) throws(IndexError) in
-            count += 1
             // A damaged digest (not a 16-byte BLOB) matches no lookup: nothing to remember.
             if let digest = r.hash(0) { body(digest) }
             return true
         }
-        return count
     }
 
     /// The number of entry rows.

@@ -17,18 +17,20 @@ extension Store {
     ///   checksum (when the record is the one the index names, the entry — and every key
     ///   sharing that blob — is dropped and later reads return nil; otherwise the damage is
     ///   recorded for `trove fsck --repair` and reads keep failing until then),
-    ///   `.missingSegment` when the segment holding it is missing, `.io`, `.index` or `.closed`.
+    ///   `.missingSegment` when the segment holding it is missing (or, nothing recorded, when
+    ///   the key was rewritten and its old blob reclaimed under this read eight times running),
+    ///   `.io`, `.index` or `.closed`.
     public func entry(for key: CacheKey) throws(StoreError) -> Entry? {
         // A read whose blob went with a newer write of the key (the compactor reclaimed it
-        // between the lookup and the read) looks again; the last attempt reports what it finds.
-        for attempt in 0..<Self.supersededReadAttempts {
+        // between the lookup and the read) looks again.
+        for _ in 0..<Self.supersededReadAttempts {
             guard let found = try locate(key, noteRead: true) else { return nil }
-            let last = attempt == Self.supersededReadAttempts - 1
-            if let data = try readBlob(of: found, key: key, unlessSuperseded: !last) {
-                return Entry(data: data, info: info(found))
-            }
+            if let data = try readBlob(of: found, key: key) { return Entry(data: data, info: info(found)) }
         }
-        return nil  // not reached: the last attempt returns or throws
+        throw StoreError(
+            code: .missingSegment,
+            message: "\(key) was rewritten \(Self.supersededReadAttempts) times while it was being read; read it again",
+            key: key)
     }
 
     /// How many times a get looks again when a newer write of its key took its blob away.
@@ -242,15 +244,11 @@ extension Store {
     ///
     /// Before calling a failed read damage, the key is looked up again: the compactor may have
     /// moved the blob (and deleted the old file) since `found` was read.
-    func readBlob(of found: IndexedEntry, key: CacheKey) throws(StoreError) -> Data {
-        // Never nil: without `unlessSuperseded` every failure throws.
-        try readBlob(of: found, key: key, unlessSuperseded: false) ?? Data()
-    }
-
-    /// ``readBlob(of:key:)``; with `unlessSuperseded`, nil — nothing recorded — when the blob's
-    /// segment is gone because `key` was written or removed since `found` was looked up (the
-    /// compactor reclaimed the blob that write left dead): the caller looks again.
-    func readBlob(of found: IndexedEntry, key: CacheKey, unlessSuperseded: Bool) throws(StoreError) -> Data? {
+    ///
+    /// - Returns: nil — nothing recorded — when the blob's segment is gone because `key` was
+    ///   written or removed since `found` was looked up (the compactor reclaimed the blob that
+    ///   write left dead): not damage; the caller looks the key up again.
+    func readBlob(of found: IndexedEntry, key: CacheKey) throws(StoreError) -> Data? {
         let failure: StoreError
         switch readBlobOnce(found.blob) {
         case .success(let data): return data
@@ -265,7 +263,7 @@ extension Store {
             shared.withLock { $0.map.blobMoved(for: key, to: fresh.blob) }
             return data
         }
-        if unlessSuperseded, failure.code == .missingSegment, isSuperseded(found, key: key) { return nil }
+        if failure.code == .missingSegment, isSuperseded(found, key: key) { return nil }
         let blob = found.blob
         if (failure.underlying as? PackError)?.code == .damagedPayload {
             let dropped = (try? dropDamagedBlob(blob, reason: failure.message)) ?? []

@@ -265,7 +265,11 @@ extension Store {
             // Rare: copy the bytes with a put, which handles a reclaimed segment.
             guard let current = try locate(key, noteRead: false, includingExpired: true) else { return false }
             if let contentHash, current.blob.hash != contentHash { return false }
-            try put(try readBlob(of: current, key: key), for: key, metadata: metadata)
+            guard let bytes = try readBlob(of: current, key: key) else {
+                // Written or removed since the lookup: as for `.gone`, look again.
+                return try updateMetadata(metadata, for: key, ifContentHash: contentHash)
+            }
+            try put(bytes, for: key, metadata: metadata)
             return true
         }
     }

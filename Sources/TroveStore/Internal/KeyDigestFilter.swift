@@ -53,14 +53,15 @@ struct KeyDigestFilter {
     /// ``mayContain(_:)`` without asking for a load.
     func holds(_ digest: ContentHash) -> Bool {
         guard isLoaded else { return true }
-        var position = digest.low
-        let step = digest.high | 1
-        for _ in 0..<Self.probes {
-            let bit = Int(truncatingIfNeeded: position) & mask
-            if words[bit >> 6] & (1 << UInt64(bit & 63)) == 0 { return false }
-            position &+= step
-        }
-        return true
+        return bits(of: digest).allSatisfy { words[$0 >> 6] & (1 << UInt64($0 & 63)) != 0 }
+    }
+
+    /// The bits `digest` sets: ``probes`` positions stepping through the array by its high word
+    /// (odd, so every step size is coprime with the power-of-two length) from its low word. The
+    /// digest is already a uniform hash: no further hashing.
+    private func bits(of digest: ContentHash) -> some Sequence<Int> {
+        let (start, step, mask) = (digest.low, digest.high | 1, mask)
+        return (0..<UInt64(Self.probes)).lazy.map { Int(truncatingIfNeeded: start &+ $0 &* step) & mask }
     }
 
     /// The committer's connection is about to write an entry row with `digest`. Before the filter
@@ -74,13 +75,7 @@ struct KeyDigestFilter {
             isWanted = true
             return
         }
-        var position = digest.low
-        let step = digest.high | 1
-        for _ in 0..<Self.probes {
-            let bit = Int(truncatingIfNeeded: position) & mask
-            words[bit >> 6] |= 1 << UInt64(bit & 63)
-            position &+= step
-        }
+        for bit in bits(of: digest) { words[bit >> 6] |= 1 << UInt64(bit & 63) }
     }
 
     /// A filter of every entry digest of `index` (held: the committer lock, `index` its
