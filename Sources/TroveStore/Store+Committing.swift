@@ -5,12 +5,13 @@ import TrovePack
 
 // The commit cycle: writes reach the index here, in batches, off the put path.
 //
-// One cycle: take a snapshot of the appender's queue (under its lock, briefly); fdatasync the
-// segments it touched (unless durability is `none`) with no lock but the committer's held, so
-// puts keep appending; apply the queued records to the index in one transaction, with the
-// active segment's indexed length and the sequence counter; commit; then release the
-// committed writes from the queue. The pack bytes are durable before the rows that point at
-// them are committed, and recovery replays whatever the index had not committed.
+// One cycle: take a snapshot of the appender's queue (under its lock, briefly); start the
+// fdatasync of the segments it touched (unless durability is `none`) on the syncer thread; apply
+// the queued records to the index in one transaction, with the active segment's indexed length
+// and the sequence counter, while that sync runs; wait for the sync; commit; then release the
+// committed writes from the queue. No lock but the committer's is held, so puts keep appending.
+// The pack bytes are durable before the rows that point at them are committed (a failed sync
+// rolls the transaction back), and recovery replays whatever the index had not committed.
 
 extension Store {
     /// Commits every queued write; with `through`, returns at once if that sequence number is
@@ -49,12 +50,9 @@ extension Store {
         }
         var superseded: [LinkRecord] = []
         let index = state.index
+        // The pack's sync runs beside the apply, and the transaction commits only after it.
+        let sync = packSync(for: snapshot)
         do {
-            if configuration.durability != .none {
-                for sealed in snapshot.rotated { try sealed.file.synchronize() }
-                if !snapshot.writes.isEmpty || !snapshot.created.isEmpty { try snapshot.active.synchronize() }
-                if !snapshot.created.isEmpty { try PackDirectory.synchronize(packsDirectory) }
-            }
             try index.writing {
                 // What opening could not write comes first: the queued writes are newer.
                 if let deferred = state.deferredReplay { superseded = try deferred.apply(to: index).supersede }
@@ -70,8 +68,11 @@ extension Store {
                 try index.setIndexedBytes(snapshot.end, segment: snapshot.active.id)
                 try index.setCommittedSequence(snapshot.sequence)
                 try index.touch(readTimes.map { (digest: $0.key.digest, accessedAt: $0.value) })
+                try sync?.wait()
             }
         } catch {
+            // No sync outlives its cycle (a failed apply still waits for it).
+            try? sync?.wait()
             // The writes stay queued and the read times go back, for the next cycle.
             shared.withLock { $0.readTimes.merge(readTimes) { max($0, $1) } }
             throw StoreError(index: error)
@@ -96,6 +97,22 @@ extension Store {
             shared.withLock { $0.map.committed(limit: limit, waiting: appender.waitingKeys(removalsOnly:)) }
         }
         return bound
+    }
+
+    /// Starts the fdatasyncs that make `snapshot`'s pack bytes durable (none under
+    /// ``Durability/none``): its rotated segments, the active one, and the packs directory when
+    /// segments were created. The caller waits for the job before it commits.
+    private func packSync(for snapshot: CommitSnapshot) -> BackgroundSyncer.Job? {
+        guard configuration.durability != .none else { return nil }
+        let files =
+            snapshot.rotated.map(\.file)
+            + (snapshot.writes.isEmpty && snapshot.created.isEmpty ? [] : [snapshot.active])
+        let directory = snapshot.created.isEmpty ? nil : packsDirectory
+        guard !files.isEmpty || directory != nil else { return nil }
+        return syncer.submit {
+            for file in files { try file.synchronize() }
+            if let directory { try PackDirectory.synchronize(directory) }
+        }
     }
 
     /// Loads the key filter when a put asked for it (held: the committer lock; no transaction is

@@ -57,6 +57,8 @@ public final class Store: Sendable {
     let background = BackgroundCommitter()
     /// Checkpoints the index's log off the committer thread, when a commit cycle asks.
     let checkpointer: BackgroundCheckpointer
+    /// Runs each commit cycle's fdatasyncs beside its index apply (used under `committer`).
+    let syncer = BackgroundSyncer()
     private let processLock: Locked<ProcessLock?>
 
     /// The largest value a store accepts: 1 GiB less 24 bytes (what a version-1 blob record,
@@ -192,6 +194,7 @@ public final class Store: Sendable {
             }
         }
         checkpointer.stop()
+        syncer.stop()
         committer.withLock { slot in
             if let state = slot {
                 state.isClosed = true
