@@ -16,11 +16,14 @@ import TrovePack
 extension Store {
     /// Commits every queued write; with `through`, returns at once if that sequence number is
     /// already committed (another caller's cycle covered it).
-    func commitPending(through target: UInt64? = nil, flushReadTimes: Bool = false) throws(StoreError) {
-        try committer.withLock { (state) throws(StoreError) in
+    /// - Returns: the committed sequence: every write with a lower sequence number is committed.
+    @discardableResult
+    func commitPending(through target: UInt64? = nil, flushReadTimes: Bool = false) throws(StoreError) -> UInt64 {
+        try committer.withLock { (state) throws(StoreError) -> UInt64 in
             guard let state, !state.isClosed else { throw Self.closedError(directory) }
-            if let target, state.committedSequence > target { return }
+            if let target, state.committedSequence > target { return state.committedSequence }
             try commitCycle(state, flushReadTimes: flushReadTimes)
+            return state.committedSequence
         }
     }
 

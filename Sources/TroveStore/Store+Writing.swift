@@ -111,6 +111,14 @@ extension Store {
             if !mayWait, configuration.durability == .full || state.queue.count + 2 >= backPressureQueueLength {
                 return nil
             }
+            // A hinted blob the reader did not know and the queue no longer holds was committed
+            // in between (or is gone): asked again, here, so that the repeat is not stored twice
+            // (a read under this lock, on this rare path only).
+            let pendingKey = PendingBlobKey(hash: hash, length: length)
+            if equal == nil, let hinted, candidate == nil, state.pendingBlobs[pendingKey] == nil {
+                let row = try readIndex { try $0.blob(id: hinted) }
+                equal = row.flatMap { $0.hash == hash && $0.length == length && holds($0, bytes) ? $0 : nil }
+            }
             // A candidate in a segment being rewritten, or found before a rewrite that has
             // finished since (its place may be gone), is not linked to: the bytes go in anew.
             if let found = equal,
@@ -119,7 +127,7 @@ extension Store {
                 equal = nil
             }
             if equal == nil {
-                equal = state.pendingBlobs[PendingBlobKey(hash: hash, length: length)]?.first { holds($0, bytes) }
+                equal = state.pendingBlobs[pendingKey]?.first { holds($0, bytes) }
             }
             var link = LinkRecord(
                 url: key.url, variant: key.variant, blobHash: hash, blobLength: length, blobID: 0, sequence: 0,
@@ -382,11 +390,14 @@ extension Store {
     }
 
     /// After a write is queued: `full` commits it before returning (sharing one fdatasync with
-    /// every write queued meanwhile); otherwise a full batch wakes the committer, and a queue
-    /// far behind makes the writer wait for a commit (back-pressure, bounded memory).
+    /// every write queued meanwhile: ``GroupCommit``); otherwise a full batch wakes the
+    /// committer, and a queue far behind makes the writer wait for a commit (back-pressure,
+    /// bounded memory).
     private func afterWrite(sequence: UInt64, queued: Int) throws(StoreError) {
         if configuration.durability == .full || queued >= backPressureQueueLength {
-            try commitPending(through: sequence)
+            try groupCommit.waitForCommit(of: sequence) { () throws(StoreError) in
+                try commitPending(through: sequence)
+            }
         } else if queued >= configuration.batchSize {
             background.wake()
         }

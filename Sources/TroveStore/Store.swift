@@ -59,6 +59,9 @@ public final class Store: Sendable {
     let checkpointer: BackgroundCheckpointer
     /// Runs each commit cycle's fdatasyncs beside its index apply (used under `committer`).
     let syncer = BackgroundSyncer()
+    /// How writes that wait for their commit share cycles. Taken with no store lock held; its
+    /// leader takes `committer` after releasing it.
+    let groupCommit = GroupCommit()
     private let processLock: Locked<ProcessLock?>
 
     /// The largest value a store accepts: 1 GiB less 24 bytes (what a version-1 blob record,

@@ -30,6 +30,14 @@ import TroveTestSupport
         }
     }
 
+    /// Runs `body` on a thread of its own: these tests block (semaphores, sleeps) and must not
+    /// hold a thread of the cooperative pool the other suites run on meanwhile.
+    static func offPool(_ body: @escaping @Sendable () throws -> Void) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
+        }
+    }
+
     static func configure(_ held: HeldSync) -> (inout Store.Configuration) -> Void {
         { configuration in
             configuration.faultInjector = held.injector
@@ -51,31 +59,33 @@ import TroveTestSupport
     @Test(arguments: [Durability.batched, .full])
     func noRowIsCommittedBeforeItsBytesAreSynced(durability: Durability) async throws {
         try await withTemporaryDirectory { dir in
-            let held = HeldSync()
-            let store = try openStore(dir, durability: durability, Self.configure(held))
-            let value = Data(testBytes(seed: 7, count: 5_000))
-            held.armed.withLock { $0 = true }
-            let done = DispatchSemaphore(value: 0)
-            let failure = Locked<(any Error)?>(nil)
-            Thread.detachNewThread {
-                do {
-                    try store.put(value, for: key(1))
-                    // A `full` put has committed before it returns; `batched` needs the flush.
-                    if durability == .batched { try store.flush() }
-                } catch { failure.withLock { $0 = error } }
-                done.signal()
+            try await Self.offPool {
+                let held = HeldSync()
+                let store = try openStore(dir, durability: durability, Self.configure(held))
+                let value = Data(testBytes(seed: 7, count: 5_000))
+                held.armed.withLock { $0 = true }
+                let done = DispatchSemaphore(value: 0)
+                let failure = Locked<(any Error)?>(nil)
+                Thread.detachNewThread {
+                    do {
+                        try store.put(value, for: key(1))
+                        // A `full` put has committed before it returns; `batched` needs the flush.
+                        if durability == .batched { try store.flush() }
+                    } catch { failure.withLock { $0 = error } }
+                    done.signal()
+                }
+                held.started.wait()
+                // Time for the apply beside the held sync (it takes well under a millisecond).
+                usleep(300_000)
+                #expect(try Self.committedRow(dir, key(1)) == nil, "a row was committed before its bytes were synced")
+                held.armed.withLock { $0 = false }
+                held.release.signal()
+                done.wait()
+                #expect(failure.withLock { $0 } == nil)
+                #expect(try Self.committedRow(dir, key(1)) != nil)
+                #expect(try store.data(for: key(1)) == value)
+                try store.close()
             }
-            held.started.wait()
-            // Time for the apply beside the held sync (it takes well under a millisecond).
-            usleep(300_000)
-            #expect(try Self.committedRow(dir, key(1)) == nil, "a row was committed before its bytes were synced")
-            held.armed.withLock { $0 = false }
-            held.release.signal()
-            done.wait()
-            #expect(failure.withLock { $0 } == nil)
-            #expect(try Self.committedRow(dir, key(1)) != nil)
-            #expect(try store.data(for: key(1)) == value)
-            try store.close()
         }
     }
 
@@ -83,24 +93,161 @@ import TroveTestSupport
     /// stays queued and readable, and the next cycle commits it.
     @Test func aFailedSyncRollsTheApplyBack() async throws {
         try await withTemporaryDirectory { dir in
-            let held = HeldSync()
-            let store = try openStore(dir, Self.configure(held))
-            let value = Data(testBytes(seed: 8, count: 3_000))
-            try store.put(value, for: key(2))
-            held.armed.withLock { $0 = true }
-            held.failing.withLock { $0 = true }
-            held.release.signal()
-            #expect(throws: StoreError.self) { try store.flush() }
-            held.armed.withLock { $0 = false }
-            #expect(try Self.committedRow(dir, key(2)) == nil)
-            #expect(try store.data(for: key(2)) == value)
-            try store.flush()
-            #expect(try Self.committedRow(dir, key(2)) != nil)
-            try store.close()
-            let reopened = try openStore(dir) { $0.compactionInterval = nil }
-            #expect(try reopened.data(for: key(2)) == value)
-            #expect(try reopened.fsck().isClean)
-            try reopened.close()
+            try await Self.offPool {
+                let held = HeldSync()
+                let store = try openStore(dir, Self.configure(held))
+                let value = Data(testBytes(seed: 8, count: 3_000))
+                try store.put(value, for: key(2))
+                held.armed.withLock { $0 = true }
+                held.failing.withLock { $0 = true }
+                held.release.signal()
+                #expect(throws: StoreError.self) { try store.flush() }
+                held.armed.withLock { $0 = false }
+                #expect(try Self.committedRow(dir, key(2)) == nil)
+                #expect(try store.data(for: key(2)) == value)
+                try store.flush()
+                #expect(try Self.committedRow(dir, key(2)) != nil)
+                try store.close()
+                let reopened = try openStore(dir) { $0.compactionInterval = nil }
+                #expect(try reopened.data(for: key(2)) == value)
+                #expect(try reopened.fsck().isClean)
+                try reopened.close()
+            }
+        }
+    }
+
+    /// Under `full`, eight writers share cycles (``GroupCommit``) and each put returns only once
+    /// its row is committed — read through a connection of the test's own as the put returns —
+    /// also when a leader's sync fails: its followers lead cycles of their own.
+    @Test(arguments: [false, true])
+    func everyFullPutIsCommittedWhenItReturns(failingOnce: Bool) async throws {
+        try await withTemporaryDirectory { dir in
+            try await Self.offPool {
+                let syncs = Locked(0)
+                let store = try openStore(dir, durability: .full) { configuration in
+                    configuration.compactionInterval = nil
+                    // Only the writers run cycles, so the failed sync is always a writer's.
+                    configuration.batchInterval = .seconds(3600)
+                    configuration.accessTimeFlushInterval = .seconds(3600)
+                    configuration.faultInjector = FaultInjector { operation, path in
+                        guard operation == .sync, path.hasSuffix(".pack") else { return nil }
+                        let n = syncs.withLock {
+                            $0 += 1; return $0
+                        }
+                        return failingOnce && n == 20 ? .error(EIO) : nil
+                    }
+                }
+                let writers = 8
+                let perWriter = 25
+                let problems = Locked<[String]>([])
+                let failed = Locked(0)
+                let group = DispatchGroup()
+                for w in 0..<writers {
+                    group.enter()
+                    Thread.detachNewThread {
+                        defer { group.leave() }
+                        let index: IndexDatabase
+                        do { index = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: true) } catch {
+                            problems.withLock { $0.append("\(error)") }
+                            return
+                        }
+                        for j in 0..<perWriter {
+                            let i = w * 1_000 + j
+                            let value = Data(testBytes(seed: UInt64(i), count: 2_000 + j * 10))
+                            do {
+                                try store.put(value, for: key(i))
+                            } catch {
+                                failed.withLock { $0 += 1 }
+                                continue
+                            }
+                            do {
+                                if try index.entryRow(digest: key(i).digest) == nil {
+                                    problems.withLock { $0.append("\(key(i)) returned before its row was committed") }
+                                }
+                            } catch {
+                                problems.withLock { $0.append("\(key(i)): \(error)") }
+                            }
+                        }
+                    }
+                }
+                group.wait()
+                #expect(problems.withLock { $0 }.isEmpty, "\(problems.withLock { $0 }.prefix(5))")
+                #expect(failed.withLock { $0 } == (failingOnce ? 1 : 0), "only the leader of the failed cycle fails")
+                #expect(syncs.withLock { $0 } <= writers * perWriter + (failingOnce ? 1 : 0))
+                try store.close()
+                let reopened = try openStore(dir) { $0.compactionInterval = nil }
+                for w in 0..<writers {
+                    for j in 0..<perWriter {
+                        let i = w * 1_000 + j
+                        #expect(try reopened.data(for: key(i)) == Data(testBytes(seed: UInt64(i), count: 2_000 + j * 10)))
+                    }
+                }
+                #expect(try reopened.fsck().isClean)
+                try reopened.close()
+            }
+        }
+    }
+
+    /// A leader whose sync fails does not release its followers: while the next cycle's sync is
+    /// held, no follower has returned, and once it is let go every follower returns committed.
+    @Test func followersOfAFailedLeaderWaitForTheirOwnCycle() async throws {
+        try await withTemporaryDirectory { dir in
+            try await Self.offPool {
+                // Syncs 1 and 3 are held until the test lets them go; 2 is held, then fails.
+                let started = DispatchSemaphore(value: 0)
+                let release = DispatchSemaphore(value: 0)
+                let syncs = Locked(0)
+                let armed = Locked(false)  // after the open's own syncs
+                let store = try openStore(dir, durability: .full) { configuration in
+                    configuration.compactionInterval = nil
+                    configuration.batchInterval = .seconds(3600)
+                    configuration.accessTimeFlushInterval = .seconds(3600)
+                    configuration.faultInjector = FaultInjector { operation, path in
+                        guard operation == .sync, path.hasSuffix(".pack"), armed.withLock({ $0 }) else { return nil }
+                        let n = syncs.withLock {
+                            $0 += 1; return $0
+                        }
+                        guard n <= 3 else { return nil }
+                        started.signal()
+                        release.wait()
+                        return n == 2 ? .error(EIO) : nil
+                    }
+                }
+                armed.withLock { $0 = true }
+                let writers = 6
+                let outcomes = Locked<[Int: Bool]>([:])  // writer: succeeded
+                let group = DispatchGroup()
+                for w in 0..<writers {
+                    group.enter()
+                    Thread.detachNewThread {
+                        let ok = (try? store.put(Data(testBytes(seed: UInt64(w), count: 3_000)), for: key(w))) != nil
+                        outcomes.withLock { $0[w] = ok }
+                        group.leave()
+                    }
+                }
+                // Cycle 1 holds one write at most; the others queue meanwhile and follow.
+                started.wait()
+                while store.appender.withLock({ $0.queue.count }) < 2 * writers { usleep(1_000) }
+                usleep(100_000)
+                release.signal()
+                // Cycle 2 takes the rest; its sync fails.
+                started.wait()
+                usleep(100_000)
+                release.signal()
+                // Cycle 3, led by a follower of the failed leader, is held: nobody else may be back.
+                started.wait()
+                usleep(200_000)
+                let early = outcomes.withLock { $0 }
+                #expect(early.values.filter { $0 }.count <= 1, "followers returned before their write was committed: \(early)")
+                #expect(early.values.filter { !$0 }.count == 1, "the failed cycle's leader fails: \(early)")
+                release.signal()
+                group.wait()
+                #expect(outcomes.withLock { $0 }.values.filter { $0 }.count == writers - 1)
+                for w in 0..<writers where outcomes.withLock({ $0[w] }) == true {
+                    #expect(try Self.committedRow(dir, key(w)) != nil)
+                }
+                try store.close()
+            }
         }
     }
 }
