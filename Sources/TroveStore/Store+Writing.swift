@@ -28,8 +28,9 @@ extension Store {
     ///   (Docs/Architecture.md, "Failed writes"). Never a partial value.
     /// - Complexity: one XXH3-128 pass over `data`, at most two indexed lookups on a reader
     ///   connection (none for a new key with new bytes: the key filter and dedup hints answer),
-    ///   one `pwritev` (the blob and link records together). No index write and no fsync on the caller's thread
-    ///   unless durability is `full`.
+    ///   one `pwritev` (the blob and link records together). No index write and no fsync on the
+    ///   caller's thread: under `full` (and back-pressure) it waits for a commit cycle, which
+    ///   it may lead (Docs/Architecture.md, group commit).
     public func put(_ data: Data, for key: CacheKey, metadata: EntryMetadata = EntryMetadata()) throws(StoreError) {
         // `withUnsafeBytes` does not carry a typed error through: a Result does.
         try data.withUnsafeBytes { bytes in
@@ -49,7 +50,7 @@ extension Store {
     ///
     /// A put waits under ``Durability/full`` durability (for its sync and index commit) and
     /// under back-pressure (when the queue of writes the index has not caught up with is full,
-    /// the writer runs a commit cycle itself). This call refuses both instead, so that a caller
+    /// the writer waits for a commit cycle, which it may lead). This call refuses both instead, so that a caller
     /// on a thread that must not block — one of Swift's cooperative threads — can write inline
     /// and hand the write to a thread that may block only when it has to. It still hashes the
     /// bytes, reads the index and appends them to the pack (page-cache writes).
@@ -116,7 +117,8 @@ extension Store {
             // (a read under this lock, on this rare path only).
             let pendingKey = PendingBlobKey(hash: hash, length: length)
             if equal == nil, let hinted, candidate == nil, state.pendingBlobs[pendingKey] == nil {
-                let row = try readIndex { try $0.blob(id: hinted) }
+                // Only a saving: a failed read stores the bytes again, as a missing hint would.
+                let row = (try? readIndex { try $0.blob(id: hinted) }) ?? nil
                 equal = row.flatMap { $0.hash == hash && $0.length == length && holds($0, bytes) ? $0 : nil }
             }
             // A candidate in a segment being rewritten, or found before a rewrite that has

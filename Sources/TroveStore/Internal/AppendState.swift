@@ -17,7 +17,9 @@ struct PendingBlobKey: Hashable {
 }
 
 /// The appender: the active segment and the writes not yet in the index. Only ever used under
-/// `Store.appender`, which is held for one write's appends and nothing slower.
+/// `Store.appender`, which is held for one write's appends — and, on rare paths (a dedup
+/// candidate committed meanwhile, a metadata update of a committed entry), one index read and
+/// one blob read — never for a sync or an index write.
 ///
 /// Invariant: `queue` holds, in append order, every record appended since the last commit
 /// cycle took its snapshot and not yet committed; every key with a queued write has a slot in

@@ -24,7 +24,7 @@ final class BackgroundSyncer: @unchecked Sendable {
     /// One submitted sync: its outcome once the thread has run it.
     final class Job: @unchecked Sendable {
         // `@unchecked Sendable`: `outcome` is read and written only with `condition` locked;
-        // `work` is run once, by the thread (or by `wait()` when the thread is gone).
+        // `work` is run once: by the thread, or by `submit` itself after `stop()`.
         private let condition = NSCondition()
         private var outcome: Result<Void, any Error>?
         fileprivate let work: @Sendable () throws -> Void
