@@ -50,10 +50,10 @@ extension Store {
     ///
     /// A put waits under ``Durability/full`` durability (for its sync and index commit) and
     /// under back-pressure (when the queue of writes the index has not caught up with is full,
-    /// the writer waits for a commit cycle, which it may lead). This call refuses both instead, so that a caller
-    /// on a thread that must not block — one of Swift's cooperative threads — can write inline
-    /// and hand the write to a thread that may block only when it has to. It still hashes the
-    /// bytes, reads the index and appends them to the pack (page-cache writes).
+    /// the writer waits for a commit cycle, which it may lead). This call refuses both instead,
+    /// so that a caller on a thread that must not block — one of Swift's cooperative threads —
+    /// can write inline and hand the write to a thread that may block only when it has to. It
+    /// still hashes the bytes, reads the index and appends them to the pack (page-cache writes).
     ///
     /// - Returns: The content hash of `data`, or nil when nothing was written because the put
     ///   would have waited.
