@@ -11,8 +11,8 @@ import TroveTestSupport
 
 /// `trove fetch` against a real origin on loopback, and `trove origin` as a child process.
 @Suite struct FetchCommandTests {
-    func trove(_ arguments: [String], environment: [String: String]? = nil) throws -> ProcessOutput {
-        try runProcess(productsDirectory + "/trove", arguments, environment: environment)
+    func trove(_ arguments: [String], environment: [String: String]? = nil) async throws -> ProcessOutput {
+        try await runProcess(productsDirectory + "/trove", arguments, environment: environment)
     }
 
     /// A small JPEG of one colour.
@@ -58,7 +58,7 @@ import TroveTestSupport
                 let store = dir + "/store"
                 let urls = [origin.url("/a.jpg"), origin.url("/b.jpg")]
 
-                let first = try trove(["fetch", "--store", store] + urls)
+                let first = try await trove(["fetch", "--store", store] + urls)
                 #expect(first.status == 0, "\(first.stderrText)")
                 let lines = columns(first)
                 #expect(lines.map { $0[0] } == ["network", "network"])
@@ -67,23 +67,25 @@ import TroveTestSupport
                 #expect(lines.allSatisfy { Double($0[3]) != nil && $0[4] == "ms" })
                 #expect(lines.map { $0.last } == urls)
 
-                let again = try trove(["fetch", "--store", store] + urls)
+                let again = try await trove(["fetch", "--store", store] + urls)
                 #expect(again.status == 0)
                 #expect(columns(again).map { $0[0] } == ["disk", "disk"])
                 #expect(columns(again).map { $0[1] } == ["-", "-"])
                 #expect(origin.requestCount(for: "/a.jpg") == 1)
 
                 // A variant is made from the stored original, then read from the store.
-                let variant = try trove(["fetch", "--store", store, "--size", "64x64", "--fill", "--quality", "70", urls[0]])
+                let variant = try await trove([
+                    "fetch", "--store", store, "--size", "64x64", "--fill", "--quality", "70", urls[0],
+                ])
                 #expect(variant.status == 0, "\(variant.stderrText)")
                 #expect(columns(variant).first?.first == "disk+made")
-                let stored = try trove(["fetch", "--store", store, "--size", "64x64", "--fill", "--quality", "70", urls[0]])
+                let stored = try await trove(["fetch", "--store", store, "--size", "64x64", "--fill", "--quality", "70", urls[0]])
                 #expect(columns(stored).first?.first == "disk")
                 #expect(origin.requestCount(for: "/a.jpg") == 1)
 
                 // -o writes exactly the bytes, here a 64×64 WebP.
                 let out = dir + "/a.webp"
-                let written = try trove([
+                let written = try await trove([
                     "fetch", "--store", store, "--size", "64x64", "--fill", "--quality", "70", urls[0], "-o", out,
                 ])
                 #expect(written.status == 0)
@@ -91,7 +93,7 @@ import TroveTestSupport
                 #expect(try size(webp) == [64, 64])
                 #expect(Int(columns(written)[0][2]) == webp.count)
                 let original = dir + "/a.jpg"
-                #expect(try trove(["fetch", "--store", store, urls[0], "-o", original]).status == 0)
+                #expect(try await trove(["fetch", "--store", store, urls[0], "-o", original]).status == 0)
                 #expect([UInt8](try Data(contentsOf: URL(fileURLWithPath: original))) == bodies["/a.jpg"])
             }
         }
@@ -102,7 +104,7 @@ import TroveTestSupport
             try await withOrigin(["/a.jpg", "/b.jpg"]) { origin, _ in
                 let a = origin.url("/a.jpg")
                 let b = origin.url("/b.jpg")
-                let result = try trove(["fetch", "--store", dir + "/store", a, b, a, a])
+                let result = try await trove(["fetch", "--store", dir + "/store", a, b, a, a])
                 #expect(result.status == 0)
                 let lines = columns(result)
                 #expect(lines.map { $0.last } == [a, b, a, a])
@@ -110,7 +112,7 @@ import TroveTestSupport
                 #expect(origin.requestCount(for: "/a.jpg") == 1)
 
                 // The same for variants: one download, one variant made.
-                let variants = try trove(["fetch", "--store", dir + "/store2", "--size", "32x32", b, b])
+                let variants = try await trove(["fetch", "--store", dir + "/store2", "--size", "32x32", b, b])
                 #expect(columns(variants).map { $0[0] } == ["network+made", "memory"])
                 #expect(origin.requestCount(for: "/b.jpg") == 2)
             }
@@ -123,7 +125,7 @@ import TroveTestSupport
             try await withOrigin(paths) { origin, bodies in
                 let out = dir + "/out/nested"
                 let urls = paths.map { origin.url($0) } + [origin.url("/photos/cat.jpg?size=large")]
-                let result = try trove(["fetch", "--store", dir + "/store", "-O", out] + urls)
+                let result = try await trove(["fetch", "--store", dir + "/store", "-O", out] + urls)
                 #expect(result.status == 0, "\(result.stdoutText) \(result.stderrText)")
                 let names = try FileManager.default.contentsOfDirectory(atPath: out).sorted()
                 #expect(
@@ -134,7 +136,9 @@ import TroveTestSupport
                 #expect([UInt8](try Data(contentsOf: URL(fileURLWithPath: out + "/cat-2.jpg"))) == bodies["/other/cat.jpg"])
                 #expect(result.stdoutText.contains("→ \(out)/cat.jpg"))
 
-                let variants = try trove(["fetch", "--store", dir + "/store", "-O", out, "--size", "40x30", urls[0], urls[1]])
+                let variants = try await trove([
+                    "fetch", "--store", dir + "/store", "-O", out, "--size", "40x30", urls[0], urls[1],
+                ])
                 #expect(variants.status == 0)
                 for name in ["cat-w40-h30-inside-q80.webp", "cat-w40-h30-inside-q80-2.webp"] {
                     let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: out + "/" + name)))
@@ -142,10 +146,12 @@ import TroveTestSupport
                 }
 
                 // Never into the store.
-                let intoStore = try trove(["fetch", "--store", dir + "/store", "-O", dir + "/store/packs/x", urls[0]])
+                let intoStore = try await trove(["fetch", "--store", dir + "/store", "-O", dir + "/store/packs/x", urls[0]])
                 #expect(intoStore.status == 73)
                 #expect(!FileManager.default.fileExists(atPath: dir + "/store/packs/x"))
-                #expect(try trove(["fetch", "--store", dir + "/store", "-o", dir + "/store/index.sqlite", urls[0]]).status == 73)
+                #expect(
+                    try await trove(["fetch", "--store", dir + "/store", "-o", dir + "/store/index.sqlite", urls[0]]).status == 73
+                )
             }
         }
     }
@@ -154,7 +160,7 @@ import TroveTestSupport
         try await withTemporaryDirectory { dir in
             try await withOrigin(["/a.jpg", "/b.jpg"]) { origin, _ in
                 let urls = [origin.url("/a.jpg"), origin.url("/missing.jpg"), origin.url("/b.jpg")]
-                let result = try trove(["fetch", "--store", dir + "/store"] + urls)
+                let result = try await trove(["fetch", "--store", dir + "/store"] + urls)
                 #expect(result.status == 1)
                 let lines = columns(result)
                 #expect(lines.map { $0[0] } == ["network", "failed", "network"])
@@ -162,7 +168,7 @@ import TroveTestSupport
                 #expect(lines[1].contains("origin/status:"))
                 #expect(result.stderrText.contains("1 of 3 URLs failed"))
 
-                let json = try trove(["fetch", "--store", dir + "/store", "--json"] + urls)
+                let json = try await trove(["fetch", "--store", dir + "/store", "--json"] + urls)
                 #expect(json.status == 1)
                 let objects = try json.stdoutText.split(separator: "\n").map {
                     try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])
@@ -180,7 +186,7 @@ import TroveTestSupport
     @Test func jsonLinesCarryEveryField() async throws {
         try await withTemporaryDirectory { dir in
             try await withOrigin(["/a.jpg"]) { origin, bodies in
-                let result = try trove(["fetch", "--store", dir + "/store", "--json", origin.url("/a.jpg")])
+                let result = try await trove(["fetch", "--store", dir + "/store", "--json", origin.url("/a.jpg")])
                 #expect(result.status == 0)
                 let object = try #require(try JSONSerialization.jsonObject(with: result.stdout) as? [String: Any])
                 #expect(
@@ -198,7 +204,9 @@ import TroveTestSupport
                 #expect((object["milliseconds"] as? Double).map { $0 >= 0 } == true)
                 #expect((object["contentHash"] as? String)?.count == 32)
 
-                let variant = try trove(["fetch", "--store", dir + "/store", "--json", "--size", "16x16", origin.url("/a.jpg")])
+                let variant = try await trove([
+                    "fetch", "--store", dir + "/store", "--json", "--size", "16x16", origin.url("/a.jpg"),
+                ])
                 let line = try #require(try JSONSerialization.jsonObject(with: variant.stdout) as? [String: Any])
                 #expect(line["variant"] as? String == "w16-h16-inside-q80")
                 #expect(line["madeVariant"] as? Bool == true)
@@ -225,13 +233,13 @@ import TroveTestSupport
                 ["--fit", "--fill", "--size", "10x10", url],
             ]
             for arguments in cases {
-                let result = try trove(["fetch", "--store", store] + arguments)
+                let result = try await trove(["fetch", "--store", store] + arguments)
                 #expect(result.status == 64, "\(arguments)")
                 #expect(!result.stderrText.isEmpty)
                 #expect(result.stdout.isEmpty)
             }
             #expect(!FileManager.default.fileExists(atPath: store))
-            #expect(try trove(["fetch", "--store", store, "--quality", "50", url]).stderrText.contains("add --size"))
+            #expect(try await trove(["fetch", "--store", store, "--quality", "50", url]).stderrText.contains("add --size"))
         }
     }
 
@@ -239,13 +247,13 @@ import TroveTestSupport
         try await withTemporaryDirectory { dir in
             try await withOrigin(["/a.jpg"]) { origin, _ in
                 let environment = ["TROVE_STORE": dir + "/env-store", "HOME": dir, "XDG_CACHE_HOME": dir + "/cache"]
-                #expect(try trove(["fetch", origin.url("/a.jpg")], environment: environment).status == 0)
+                #expect(try await trove(["fetch", origin.url("/a.jpg")], environment: environment).status == 0)
                 #expect(FileManager.default.fileExists(atPath: dir + "/env-store/index.sqlite"))
                 #expect(!FileManager.default.fileExists(atPath: dir + "/cache"))
-                #expect(try trove(["ls"], environment: environment).stdoutText.contains(origin.url("/a.jpg")))
+                #expect(try await trove(["ls"], environment: environment).stdoutText.contains(origin.url("/a.jpg")))
 
                 try Data("file".utf8).write(to: URL(fileURLWithPath: dir + "/plain"))
-                let notAStore = try trove(["fetch", "--store", dir + "/plain", origin.url("/a.jpg")])
+                let notAStore = try await trove(["fetch", "--store", dir + "/plain", origin.url("/a.jpg")])
                 #expect(notAStore.status == 2)
                 #expect(notAStore.stderrText.contains("is not a directory"))
             }
@@ -267,16 +275,19 @@ import TroveTestSupport
             try process.run()
             defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
 
-            // Making the samples takes a few seconds in a debug build.
-            let deadline = ContinuousClock.now + .seconds(120)
+            // Making the samples takes a few seconds in a debug build. The file is read once
+            // more after every wait, deadline or not: this task may have waited far past the
+            // deadline for a thread while the other suites ran.
+            let deadline = ContinuousClock.now + .seconds(300)
             var port: Int?
-            while port == nil && ContinuousClock.now < deadline && process.isRunning {
+            while true {
                 port = (try? String(contentsOfFile: portFile, encoding: .utf8)).flatMap {
                     Int($0.trimmingCharacters(in: .whitespacesAndNewlines))
                 }
-                if port == nil { try await Task.sleep(for: .milliseconds(50)) }
+                if port != nil || !process.isRunning || ContinuousClock.now >= deadline { break }
+                try await Task.sleep(for: .milliseconds(50))
             }
-            let listening = try #require(port)
+            let listening = try #require(port, "trove origin wrote no port file (running: \(process.isRunning))")
 
             let jpegFile = [UInt8](try Data(contentsOf: URL(fileURLWithPath: served + "/sample-1.jpg")))
             let pngFile = [UInt8](try Data(contentsOf: URL(fileURLWithPath: served + "/sample-2.png")))
@@ -287,10 +298,10 @@ import TroveTestSupport
             #expect((50_000...2_000_000).contains(jpegFile.count))
 
             let url = "http://127.0.0.1:\(listening)/sample-1.jpg"
-            let fetched = try trove(["fetch", "--store", dir + "/store", url, "-o", dir + "/got.jpg"])
+            let fetched = try await trove(["fetch", "--store", dir + "/store", url, "-o", dir + "/got.jpg"])
             #expect(fetched.status == 0, "\(fetched.stderrText)")
             #expect([UInt8](try Data(contentsOf: URL(fileURLWithPath: dir + "/got.jpg"))) == jpegFile)
-            #expect(try trove(["fetch", "--store", dir + "/store2", "http://127.0.0.1:\(listening)/nope.jpg"]).status == 1)
+            #expect(try await trove(["fetch", "--store", dir + "/store2", "http://127.0.0.1:\(listening)/nope.jpg"]).status == 1)
 
             kill(process.processIdentifier, SIGTERM)
             let stopBy = ContinuousClock.now + .seconds(20)
@@ -307,11 +318,11 @@ import TroveTestSupport
 
     @Test func theOriginCommandRefusesWhatItMustNotDo() async throws {
         try await withTemporaryDirectory { dir in
-            #expect(try trove(["origin", dir, "--host", "0.0.0.0"]).status == 64)
-            #expect(try trove(["origin", dir, "--port", "70000"]).status == 64)
-            #expect(try trove(["origin", dir, "--make-samples", "0"]).status == 64)
-            #expect(try trove(["origin", dir, "--cache-control", "max-age=1\r\nX: y"]).status == 64)
-            let missing = try trove(["origin", dir + "/missing"])
+            #expect(try await trove(["origin", dir, "--host", "0.0.0.0"]).status == 64)
+            #expect(try await trove(["origin", dir, "--port", "70000"]).status == 64)
+            #expect(try await trove(["origin", dir, "--make-samples", "0"]).status == 64)
+            #expect(try await trove(["origin", dir, "--cache-control", "max-age=1\r\nX: y"]).status == 64)
+            let missing = try await trove(["origin", dir + "/missing"])
             #expect(missing.status == 66, "\(missing.stderrText)")
         }
     }

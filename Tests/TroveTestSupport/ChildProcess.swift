@@ -10,8 +10,27 @@ public struct ProcessOutput: Sendable {
     public var stderrText: String { String(decoding: stderr, as: UTF8.self) }
 }
 
-/// Runs `executable` with `arguments` to completion and returns its status and output.
+/// Runs `executable` with `arguments` to completion and returns its status and output, waiting
+/// on a thread of its own: an async test must not hold a thread of the cooperative pool while a
+/// child runs, or the other suites' tasks (and their deadlines) starve meanwhile — on a 2-core
+/// machine the pool has two threads.
 public func runProcess(
+    _ executable: String, _ arguments: [String], stdin: Data? = nil, environment: [String: String]? = nil
+) async throws -> ProcessOutput {
+    try await offPool { try runProcessBlocking(executable, arguments, stdin: stdin, environment: environment) }
+}
+
+/// Runs `body` on a thread of its own and returns its result: for test code that blocks
+/// (semaphores, sleeps, waiting for a child), so that it holds no thread of the cooperative pool.
+public func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
+    }
+}
+
+/// Runs `executable` with `arguments` to completion and returns its status and output, blocking
+/// the calling thread.
+public func runProcessBlocking(
     _ executable: String, _ arguments: [String], stdin: Data? = nil, environment: [String: String]? = nil
 ) throws -> ProcessOutput {
     let process = Process()

@@ -30,14 +30,6 @@ import TroveTestSupport
         }
     }
 
-    /// Runs `body` on a thread of its own: these tests block (semaphores, sleeps) and must not
-    /// hold a thread of the cooperative pool the other suites run on meanwhile.
-    static func offPool(_ body: @escaping @Sendable () throws -> Void) async throws {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
-        }
-    }
-
     static func configure(_ held: HeldSync) -> (inout Store.Configuration) -> Void {
         { configuration in
             configuration.faultInjector = held.injector
@@ -59,7 +51,7 @@ import TroveTestSupport
     @Test(arguments: [Durability.batched, .full])
     func noRowIsCommittedBeforeItsBytesAreSynced(durability: Durability) async throws {
         try await withTemporaryDirectory { dir in
-            try await Self.offPool {
+            try await offPool {
                 let held = HeldSync()
                 let store = try openStore(dir, durability: durability, Self.configure(held))
                 let value = Data(testBytes(seed: 7, count: 5_000))
@@ -93,7 +85,7 @@ import TroveTestSupport
     /// stays queued and readable, and the next cycle commits it.
     @Test func aFailedSyncRollsTheApplyBack() async throws {
         try await withTemporaryDirectory { dir in
-            try await Self.offPool {
+            try await offPool {
                 let held = HeldSync()
                 let store = try openStore(dir, Self.configure(held))
                 let value = Data(testBytes(seed: 8, count: 3_000))
@@ -122,7 +114,7 @@ import TroveTestSupport
     @Test(arguments: [false, true])
     func everyFullPutIsCommittedWhenItReturns(failingOnce: Bool) async throws {
         try await withTemporaryDirectory { dir in
-            try await Self.offPool {
+            try await offPool {
                 let syncs = Locked(0)
                 let store = try openStore(dir, durability: .full) { configuration in
                     configuration.compactionInterval = nil
@@ -205,7 +197,7 @@ import TroveTestSupport
     /// held, no follower has returned, and once it is let go every follower returns committed.
     @Test func followersOfAFailedLeaderWaitForTheirOwnCycle() async throws {
         try await withTemporaryDirectory { dir in
-            try await Self.offPool {
+            try await offPool {
                 // Syncs 1 and 3 are held until the test lets them go; 2 is held, then fails.
                 let started = DispatchSemaphore(value: 0)
                 let release = DispatchSemaphore(value: 0)

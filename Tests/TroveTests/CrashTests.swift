@@ -83,7 +83,7 @@ import TroveTestSupport
 
     @Test func sigkillAtRandomMomentsLosesNoAcknowledgedWrite() async throws {
         try await withTemporaryDirectory { dir in
-            try runKillRounds(dir, rounds: 24, segmentSize: 256 << 10, compacting: false)
+            try await offPool { try runKillRounds(dir, rounds: 24, segmentSize: 256 << 10, compacting: false) }
         }
     }
 
@@ -92,7 +92,7 @@ import TroveTestSupport
     /// old file not yet unlinked.
     @Test func sigkillDuringCompactionLosesNoIntactEntry() async throws {
         try await withTemporaryDirectory { dir in
-            try runKillRounds(dir, rounds: 24, segmentSize: 48 << 10, compacting: true)
+            try await offPool { try runKillRounds(dir, rounds: 24, segmentSize: 48 << 10, compacting: true) }
         }
     }
 

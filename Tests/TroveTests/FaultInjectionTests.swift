@@ -236,12 +236,12 @@ import TroveTestSupport
     /// Mounts a tmpfs of `megabytes` at `path` for `body`.
     static func withTmpfs(_ path: String, megabytes: Int, _ body: () throws -> Void) throws {
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-        let mount = try runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=\(megabytes)m", "tmpfs", path])
+        let mount = try runProcessBlocking("/bin/mount", ["-t", "tmpfs", "-o", "size=\(megabytes)m", "tmpfs", path])
         guard mount.status == 0 else {
             Issue.record("cannot mount a tmpfs: \(mount.stderrText)")
             return
         }
-        defer { _ = try? runProcess("/bin/umount", [path]) }
+        defer { _ = try? runProcessBlocking("/bin/umount", [path]) }
         try body()
     }
 

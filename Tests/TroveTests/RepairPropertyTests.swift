@@ -55,8 +55,10 @@ import TroveTestSupport
                 let only = ProcessInfo.processInfo.environment["TROVE_REPAIR_SEED"].flatMap { Int($0) }
                 for seed in only.map({ $0...$0 }) ?? 0...(stores - 1) {
                     if seed >= width { try await group.next() }
+                    // Each store runs on a thread of its own, not on the cooperative pool: a
+                    // minutes-long synchronous run there starves every other suite's tasks.
                     group.addTask {
-                        let result = try Self.run(seed: UInt64(seed), in: dir + "/s\(seed)")
+                        let result = try await offPool { try Self.run(seed: UInt64(seed), in: dir + "/s\(seed)") }
                         totals.withLock {
                             $0.cases += result.cases
                             $0.steps += result.steps
