@@ -104,7 +104,7 @@ public final class ImagePipeline: Sendable {
         self.origin = origin
         self.configuration = configuration
         self.owned = owned
-        pool = BlockingPool(threads: configuration.blockingThreads, name: "trove-pipeline")
+        pool = BlockingPool(threads: configuration.blockingThreads, name: "trove-pipe")
         metrics = PipelineMetrics(prefix: configuration.metricsPrefix, factory: configuration.metricsFactory)
     }
 

@@ -219,7 +219,7 @@ final class BackgroundCommitter: @unchecked Sendable {
     /// Starts the thread, which runs a cycle every `interval` until ``stop()``.
     func start(interval: Duration) {
         let seconds = Double(interval.components.seconds) + Double(interval.components.attoseconds) / 1e18
-        let thread = Thread { [self] in
+        thread = Thread.start(named: "trove-committer") { [self] in
             var schedule = BackgroundSchedule()
             while true {
                 condition.lock()
@@ -234,9 +234,6 @@ final class BackgroundCommitter: @unchecked Sendable {
             }
             exited.signal()
         }
-        thread.name = "trove-committer"
-        self.thread = thread
-        thread.start()
     }
 
     /// Asks for a cycle now.

@@ -331,7 +331,9 @@ final class ManualTimerLoop: EventLoop, @unchecked Sendable {
         try await withOriginServer { server in
             server.set("/fast", OriginResource(body: jpegLike(count: 200)))
             server.set("/stall", OriginResource(body: jpegLike(count: 10_000), behaviour: .stall(afterBytes: 100)))
-            try await withHTTPOrigin(limits: testLimits(requestTimeout: .milliseconds(800))) { origin in
+            // 2 s, not less: the 1 200 fast requests share 2 cores with the other network suites,
+            // and one of them once took longer than 0.8 s there.
+            try await withHTTPOrigin(limits: testLimits(requestTimeout: .milliseconds(2_000))) { origin in
                 try await withThrowingTaskGroup(of: Int.self) { group in
                     for _ in 0..<8 {
                         group.addTask {
@@ -348,7 +350,7 @@ final class ManualTimerLoop: EventLoop, @unchecked Sendable {
                 }
                 let start = ContinuousClock.now
                 #expect(await fetchError(origin, OriginRequest(url: server.url("/stall")))?.code == .timeout)
-                #expect(ContinuousClock.now - start < .seconds(3))
+                #expect(ContinuousClock.now - start < .seconds(6))
             }
         }
     }

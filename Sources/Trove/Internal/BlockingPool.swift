@@ -32,14 +32,12 @@ final class BlockingPool: Sendable {
     /// The number of threads.
     let threadCount: Int
 
-    /// Starts `threads` threads named `name`.
+    /// Starts `threads` threads named `name`-0, `name`-1… (`name` at most 12 bytes, for the
+    /// kernel's 15).
     init(threads: Int, name: String) {
         threadCount = max(1, threads)
         for index in 0..<threadCount {
-            let thread = Thread { [self] in work() }
-            thread.name = "\(name)-\(index)"
-            thread.stackSize = 1 << 20
-            thread.start()
+            Thread.start(named: "\(name)-\(index)", stackSize: 1 << 20) { [self] in work() }
         }
     }
 

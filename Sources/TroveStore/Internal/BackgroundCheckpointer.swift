@@ -13,88 +13,65 @@ import TroveIndex
 /// left for the next request, as SQLite leaves a failed automatic one; the log keeps growing
 /// meanwhile, until the committer checkpoints itself at ``Store/walFrameLimit``.
 ///
-/// Started on the first request; one thread, a wake-up condition and a shutting-down flag, like
-/// ``BackgroundCommitter``.
+/// The thread and its lifecycle are a ``WorkerThread`` (`trove-wal-ckpt`); requests made
+/// while one is already queued are answered by that one.
 final class BackgroundCheckpointer: @unchecked Sendable {
-    // `@unchecked Sendable`: `requested`, `shuttingDown`, `started`, `exited`, `passes` and
-    // `copied` are read and written only with `condition` locked; the connection lives on the
-    // thread.
+    // `@unchecked Sendable`: `queued`, `passes` and `copied` are read and written only with
+    // `lock` held (a leaf); `connection` only by the worker's jobs and its exit, which run one at
+    // a time on its one thread.
     private let path: String
-    private let condition = NSCondition()
-    private var requested = false
-    private var shuttingDown = false
-    private var started = false
+    private let lock = NSLock()
+    private var queued = false
     private var passes = 0
     private var copied = 0
-    private var exited = false
+    private var connection: IndexCheckpointer?
+    private var worker: WorkerThread!
 
     /// A checkpointer for the index at `path`.
     init(path: String) {
         self.path = path
+        // The connection is closed on the thread that used it, after its last checkpoint.
+        worker = WorkerThread(name: "trove-wal-ckpt") { [unowned self] in connection = nil }
     }
 
     /// How many checkpoints the thread has run.
     var completedPasses: Int {
-        condition.lock()
-        defer { condition.unlock() }
-        return passes
+        lock.withLock { passes }
     }
 
     /// The log frames the thread's checkpoints reported copied into the database, summed over
     /// them (a frame still in the log when the next checkpoint runs counts again): zero means
     /// none of them copied anything.
     var copiedFrames: Int {
-        condition.lock()
-        defer { condition.unlock() }
-        return copied
+        lock.withLock { copied }
     }
 
-    /// Asks for a checkpoint (one runs after the call, however many calls it answers).
+    /// Asks for a checkpoint (one runs after the call, however many calls it answers). Ignored
+    /// after ``stop()``.
     func request() {
-        condition.lock()
-        defer { condition.unlock() }
-        guard !shuttingDown else { return }
-        requested = true
-        if !started {
-            started = true
-            let thread = Thread { [self] in run() }
-            thread.name = "trove-checkpointer"
-            thread.start()
+        let first = lock.withLock {
+            defer { queued = true }
+            return !queued
         }
-        condition.signal()
+        guard first else { return }
+        if !worker.enqueue({ [self] in checkpoint() }) { lock.withLock { queued = false } }
     }
 
     /// Stops the thread, waiting for a checkpoint under way to finish — every caller waits, so
     /// two closes at once both return with the thread gone. Later requests are ignored.
     func stop() {
-        condition.lock()
-        defer { condition.unlock() }
-        shuttingDown = true
-        condition.broadcast()
-        while started && !exited { condition.wait() }
+        worker.stop()
     }
 
-    private func run() {
-        var connection: IndexCheckpointer?
-        while true {
-            condition.lock()
-            while !requested && !shuttingDown { condition.wait() }
-            let stop = shuttingDown
-            requested = false
-            condition.unlock()
-            if stop { break }
-            // Opened on first use; a failed open is tried again at the next request.
-            if connection == nil { connection = try? IndexCheckpointer(path: path) }
-            let frames = (try? connection?.checkpoint())?.copied ?? 0
-            condition.lock()
+    private func checkpoint() {
+        // A request from here on needs a checkpoint after this one.
+        lock.withLock { queued = false }
+        // Opened on first use; a failed open is tried again at the next request.
+        if connection == nil { connection = try? IndexCheckpointer(path: path) }
+        let frames = (try? connection?.checkpoint())?.copied ?? 0
+        lock.withLock {
             passes += 1
             copied += max(0, frames)
-            condition.unlock()
         }
-        connection = nil
-        condition.lock()
-        exited = true
-        condition.broadcast()
-        condition.unlock()
     }
 }
