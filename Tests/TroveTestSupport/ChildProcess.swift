@@ -22,9 +22,56 @@ public func runProcess(
 
 /// Runs `body` on a thread of its own and returns its result: for test code that blocks
 /// (semaphores, sleeps, waiting for a child), so that it holds no thread of the cooperative pool.
+///
+/// `body` stays in the calling task (a task executor preference, not a detached thread), so an
+/// `#expect` or `Issue.record` in it is charged to the test that runs it.
 public func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
+    let executor = DedicatedThreadExecutor()
+    defer { executor.shutdown() }
+    return try await withTaskExecutorPreference(executor) { try body() }
+}
+
+/// A task executor with one thread of its own, which runs the jobs given to it in order until
+/// ``shutdown()``.
+final class DedicatedThreadExecutor: TaskExecutor, @unchecked Sendable {
+    // `@unchecked Sendable`: `jobs` and `stopping` are read and written only with `condition`
+    // locked.
+    private let condition = NSCondition()
+    private var jobs: [UnownedJob] = []
+    private var stopping = false
+
+    init() {
+        Thread.detachNewThread { [self] in run() }
+    }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        condition.lock()
+        jobs.append(job)
+        condition.signal()
+        condition.unlock()
+    }
+
+    /// Lets the thread end once it has run the jobs it was given.
+    func shutdown() {
+        condition.lock()
+        stopping = true
+        condition.signal()
+        condition.unlock()
+    }
+
+    private func run() {
+        while true {
+            condition.lock()
+            while jobs.isEmpty && !stopping { condition.wait() }
+            guard !jobs.isEmpty else {
+                condition.unlock()
+                return
+            }
+            let job = jobs.removeFirst()
+            condition.unlock()
+            job.runSynchronously(on: asUnownedTaskExecutor())
+        }
     }
 }
 

@@ -17,21 +17,28 @@ import TroveIndex
 /// while one is already queued are answered by that one.
 final class BackgroundCheckpointer: @unchecked Sendable {
     // `@unchecked Sendable`: `queued`, `passes` and `copied` are read and written only with
-    // `lock` held (a leaf); `connection` only by the worker's jobs and its exit, which run one at
-    // a time on its one thread.
+    // `lock` held (a leaf: nothing else is locked while it is held).
     private let path: String
     private let lock = NSLock()
     private var queued = false
     private var passes = 0
     private var copied = 0
-    private var connection: IndexCheckpointer?
-    private var worker: WorkerThread!
+    private let connection: ThreadConnection
+    private let worker: WorkerThread
+
+    /// The checkpointer's SQLite connection, which lives on the worker's thread: only its jobs
+    /// and its exit touch it, one at a time.
+    private final class ThreadConnection: @unchecked Sendable {
+        var connection: IndexCheckpointer?
+    }
 
     /// A checkpointer for the index at `path`.
     init(path: String) {
         self.path = path
-        // The connection is closed on the thread that used it, after its last checkpoint.
-        worker = WorkerThread(name: "trove-wal-ckpt") { [unowned self] in connection = nil }
+        let connection = ThreadConnection()
+        self.connection = connection
+        // Closed on the thread that used it, after its last checkpoint.
+        worker = WorkerThread(name: "trove-wal-ckpt") { connection.connection = nil }
     }
 
     /// How many checkpoints the thread has run.
@@ -67,8 +74,8 @@ final class BackgroundCheckpointer: @unchecked Sendable {
         // A request from here on needs a checkpoint after this one.
         lock.withLock { queued = false }
         // Opened on first use; a failed open is tried again at the next request.
-        if connection == nil { connection = try? IndexCheckpointer(path: path) }
-        let frames = (try? connection?.checkpoint())?.copied ?? 0
+        if connection.connection == nil { connection.connection = try? IndexCheckpointer(path: path) }
+        let frames = (try? connection.connection?.checkpoint())?.copied ?? 0
         lock.withLock {
             passes += 1
             copied += max(0, frames)

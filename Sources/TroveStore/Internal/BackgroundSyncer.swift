@@ -8,7 +8,8 @@ import Foundation
 /// (``Job/wait()``) before it commits the transaction, so no committed row ever points at pack
 /// bytes that are not durable; a failed sync rolls the transaction back and the writes stay
 /// queued. The committer waits for each job before its cycle ends — also when the apply fails,
-/// so no sync outlives its cycle; jobs run in the order submitted in any case.
+/// so no sync outlives its cycle, and only the committer submits, under its lock: one job at a
+/// time, whether it runs on the thread or (after ``stop()``) on the committer's.
 ///
 /// The thread and its lifecycle are a ``WorkerThread`` (`trove-syncer`).
 final class BackgroundSyncer: Sendable {
