@@ -19,8 +19,9 @@ swift format lint --strict -r Sources Tests Package.swift
 swift build --build-tests
 bash scripts/check-store-links.sh
 # The suites that talk HTTP on loopback run on their own: Swift Testing runs every suite at
-# once, and the CPU-bound ones (repair properties, codecs) hold the few cooperative threads for
-# seconds at a time, which the HTTP suites would count against their timeouts.
+# once, and the CPU-bound ones (codecs) hold the few cooperative threads for seconds at a time,
+# which the HTTP suites would count against their timeouts. (Test code that blocks — the repair
+# property's stores, crash rounds, child processes — waits on threads of its own: offPool.)
 network="^(TroveHTTPTests|TrovePipelineTests)\."
 swift test --skip-build --skip "$network"
 swift test --skip-build --filter "$network"
