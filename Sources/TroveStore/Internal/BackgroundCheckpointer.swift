@@ -1,4 +1,5 @@
 import Foundation
+import TroveCore
 import TroveIndex
 
 /// The thread that checkpoints the index's write-ahead log when the committer asks, so that a
@@ -15,14 +16,17 @@ import TroveIndex
 ///
 /// The thread and its lifecycle are a ``WorkerThread`` (`trove-wal-ckpt`); requests made
 /// while one is already queued are answered by that one.
-final class BackgroundCheckpointer: @unchecked Sendable {
-    // `@unchecked Sendable`: `queued`, `passes` and `copied` are read and written only with
-    // `lock` held (a leaf: nothing else is locked while it is held).
+final class BackgroundCheckpointer: Sendable {
+    private struct Counts {
+        /// Whether a checkpoint job is queued and not yet started.
+        var queued = false
+        var passes = 0
+        var copied = 0
+    }
+
     private let path: String
-    private let lock = NSLock()
-    private var queued = false
-    private var passes = 0
-    private var copied = 0
+    /// Lock order: a leaf; nothing else is locked while it is held.
+    private let counts = Locked(Counts())
     private let connection: ThreadConnection
     private let worker: WorkerThread
 
@@ -43,25 +47,25 @@ final class BackgroundCheckpointer: @unchecked Sendable {
 
     /// How many checkpoints the thread has run.
     var completedPasses: Int {
-        lock.withLock { passes }
+        counts.withLock { $0.passes }
     }
 
     /// The log frames the thread's checkpoints reported copied into the database, summed over
     /// them (a frame still in the log when the next checkpoint runs counts again): zero means
     /// none of them copied anything.
     var copiedFrames: Int {
-        lock.withLock { copied }
+        counts.withLock { $0.copied }
     }
 
     /// Asks for a checkpoint (one runs after the call, however many calls it answers). Ignored
     /// after ``stop()``.
     func request() {
-        let first = lock.withLock {
-            defer { queued = true }
-            return !queued
+        let first = counts.withLock { counts in
+            defer { counts.queued = true }
+            return !counts.queued
         }
         guard first else { return }
-        if !worker.enqueue({ [self] in checkpoint() }) { lock.withLock { queued = false } }
+        if !worker.enqueue({ [self] in checkpoint() }) { counts.withLock { $0.queued = false } }
     }
 
     /// Stops the thread, waiting for a checkpoint under way to finish — every caller waits, so
@@ -72,13 +76,13 @@ final class BackgroundCheckpointer: @unchecked Sendable {
 
     private func checkpoint() {
         // A request from here on needs a checkpoint after this one.
-        lock.withLock { queued = false }
+        counts.withLock { $0.queued = false }
         // Opened on first use; a failed open is tried again at the next request.
         if connection.connection == nil { connection.connection = try? IndexCheckpointer(path: path) }
         let frames = (try? connection.connection?.checkpoint())?.copied ?? 0
-        lock.withLock {
-            passes += 1
-            copied += max(0, frames)
+        counts.withLock {
+            $0.passes += 1
+            $0.copied += max(0, frames)
         }
     }
 }
