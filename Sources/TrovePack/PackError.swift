@@ -23,6 +23,12 @@ public struct PackError: Error, Sendable, CustomStringConvertible {
         public static let notASegment = Code(name: "notASegment")
         /// A payload is larger than a record can hold.
         public static let recordTooLarge = Code(name: "recordTooLarge")
+        /// An `fdatasync` of this segment file failed earlier. The bytes written to it since its
+        /// last successful sync may not be on disk, and Linux reports a failed writeback only
+        /// once: a later sync can return success without writing them again. So the file
+        /// refuses every later sync with this error, which keeps the first failure's `errno`;
+        /// only a new opening of the file (reopening the store) syncs it again.
+        public static let syncFailed = Code(name: "syncFailed")
         public var description: String { name }
     }
 

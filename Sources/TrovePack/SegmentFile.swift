@@ -73,6 +73,9 @@ public final class SegmentFile: Sendable {
     public let createdAt: Int64
     let faults: FaultInjector?
     private let descriptor: Int32
+    /// The first failed sync of this opening, which every later sync throws again
+    /// (``PackError/Code/syncFailed``).
+    private let failedSync = Locked<PackError?>(nil)
 
     private init(header: SegmentHeader, path: String, descriptor: Int32, faults: FaultInjector?) {
         self.id = header.id
@@ -173,9 +176,34 @@ public final class SegmentFile: Sendable {
     }
 
     /// Makes written data durable (fdatasync).
-    public func synchronize() throws {
-        try SystemCall.fdatasync(descriptor, path: path, faults: faults)
+    ///
+    /// A failed sync is final for this opening of the file: Linux marks the pages whose
+    /// writeback failed clean and reports the error to one sync only, so a retry could report
+    /// success for bytes the disk never got (PostgreSQL's "fsyncgate"). The first failure is
+    /// kept, and this and every later call throw it as ``PackError/Code/syncFailed`` without
+    /// asking the kernel again.
+    ///
+    /// - Throws: ``PackError/Code/syncFailed``, naming the file and the system error.
+    public func synchronize() throws(PackError) {
+        if let failure = failedSync.withLock({ $0 }) { throw failure }
+        do {
+            try SystemCall.fdatasync(descriptor, path: path, faults: faults)
+        } catch {
+            let failure = PackError(
+                code: .syncFailed,
+                message: "\(error.message); bytes written to this segment since its last sync may not be on disk, "
+                    + "and a later sync cannot prove they are, so it refuses every sync until the store is reopened",
+                path: path, errno: error.errno)
+            // Two threads failing at once keep one failure, the first.
+            throw failedSync.withLock { (slot) -> PackError in
+                if slot == nil { slot = failure }
+                return slot!
+            }
+        }
     }
+
+    /// The failed sync that makes this file refuse every sync (see ``synchronize()``), if any.
+    public var syncFailure: PackError? { failedSync.withLock { $0 } }
 
     /// Cuts the file to `length` bytes.
     public func truncate(to length: UInt64) throws {
@@ -459,6 +487,11 @@ public enum PackDirectory {
     }
 
     /// Makes the directory's entries (created or removed files) durable.
+    ///
+    /// Unlike a segment's data sync (``SegmentFile/synchronize()``), a failure is not kept: a
+    /// directory's entries are journaled metadata, and a journal commit that fails aborts the
+    /// journal (ext4, XFS), so every later sync fails too instead of reporting lost entries as
+    /// durable.
     public static func synchronize(_ path: String, faults: FaultInjector? = nil) throws {
         try SystemCall.fsyncDirectory(path, faults: faults)
     }

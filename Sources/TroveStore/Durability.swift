@@ -4,6 +4,10 @@
 /// committed, and a process crash (SIGKILL) loses no acknowledged write: the bytes are in the
 /// page cache and recovery replays them from the active segment. The levels differ in what a
 /// power loss or kernel crash can take (Docs/Architecture.md, "Durability").
+///
+/// When an `fdatasync` fails (`batched`, `full`), the store refuses writes with
+/// ``StoreError/Code/syncFailed`` until it is reopened, rather than retry a sync that the
+/// kernel would report as successful whether or not the bytes reached the disk.
 public enum Durability: String, Sendable, CaseIterable, CustomStringConvertible {
     /// Never fsync. A power loss can lose any writes the kernel had not yet written back.
     case none

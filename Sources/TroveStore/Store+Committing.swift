@@ -11,7 +11,8 @@ import TrovePack
 // and the sequence counter, while that sync runs; wait for the sync; commit; then release the
 // committed writes from the queue. No lock but the committer's is held, so puts keep appending.
 // The pack bytes are durable before the rows that point at them are committed (a failed sync
-// rolls the transaction back), and recovery replays whatever the index had not committed.
+// rolls the transaction back, and the segment refuses every later sync, so the store refuses
+// writes until reopened), and recovery replays whatever the index had not committed.
 
 extension Store {
     /// Commits every queued write; with `through`, returns at once if that sequence number is
@@ -33,6 +34,9 @@ extension Store {
     func commitCycle(_ state: CommitState, flushReadTimes: Bool) throws(StoreError) -> (segment: UInt32, end: UInt64) {
         let snapshot = appender.withLock { $0.snapshot() }
         let bound = (segment: snapshot.active.id, end: snapshot.end)
+        // The pack's sync runs beside the apply, and the transaction commits only after it. (An
+        // empty snapshot syncs nothing; a segment that failed a sync fails the cycle here.)
+        let sync = try packSync(for: snapshot)
         let now = ContinuousClock.now
         var readTimes: [CacheKey: Int64] = [:]
         if flushReadTimes || now - state.lastReadTimeFlush >= configuration.accessTimeFlushInterval {
@@ -53,8 +57,6 @@ extension Store {
         }
         var superseded: [LinkRecord] = []
         let index = state.index
-        // The pack's sync runs beside the apply, and the transaction commits only after it.
-        let sync = packSync(for: snapshot)
         do {
             try index.writing {
                 // What opening could not write comes first: the queued writes are newer.
@@ -105,11 +107,16 @@ extension Store {
     /// Starts the fdatasyncs that make `snapshot`'s pack bytes durable (none under
     /// ``Durability/none``): its rotated segments, the active one, and the packs directory when
     /// segments were created. The caller waits for the job before it commits.
-    private func packSync(for snapshot: CommitSnapshot) -> BackgroundSyncer.Job? {
+    ///
+    /// - Throws: ``StoreError/Code/syncFailed`` at once, without applying anything, when one of
+    ///   those segments already failed a sync: none of its unsynced writes can be committed
+    ///   until the store is reopened (``SegmentFile/synchronize()``).
+    private func packSync(for snapshot: CommitSnapshot) throws(StoreError) -> BackgroundSyncer.Job? {
         guard configuration.durability != .none else { return nil }
         let files =
             snapshot.rotated.map(\.file)
             + (snapshot.writes.isEmpty && snapshot.created.isEmpty ? [] : [snapshot.active])
+        if let failure = files.lazy.compactMap(\.syncFailure).first { throw StoreError(pack: failure) }
         let directory = snapshot.created.isEmpty ? nil : packsDirectory
         guard !files.isEmpty || directory != nil else { return nil }
         return syncer.submit {

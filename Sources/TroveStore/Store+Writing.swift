@@ -428,10 +428,12 @@ extension Store {
         }
     }
 
-    /// Runs `body` with the appender, or throws `.closed`.
+    /// Runs `body` with the appender, or throws `.closed`, or `.syncFailed` once a sync of a
+    /// segment holding queued writes has failed (every append goes through here).
     func withAppender<T>(_ body: (AppendState) throws(StoreError) -> T) throws(StoreError) -> T {
         try appender.withLock { (state) throws(StoreError) -> T in
             guard !state.isClosed else { throw Self.closedError(directory) }
+            if let failure = state.syncFailure { throw StoreError(pack: failure) }
             return try body(state)
         }
     }

@@ -217,7 +217,8 @@ public final class Store: Sendable {
 
     /// The first error of background work (commit cycles and compaction passes), if any. It
     /// stays set until the store is closed; queued writes stay queued and are retried at the
-    /// next cycle, and the next pass tries compaction again.
+    /// next cycle (except after ``StoreError/Code/syncFailed``: then only reopening commits
+    /// them), and the next pass tries compaction again.
     public var backgroundError: StoreError? {
         shared.withLock { $0.backgroundError }
     }

@@ -37,6 +37,12 @@ public struct StoreError: Error, Sendable, CustomStringConvertible {
         public static let invalidArgument = Code(name: "invalidArgument")
         /// The directory holds no store, and the configuration says not to create one.
         public static let notAStore = Code(name: "notAStore")
+        /// The disk failed to make written pack bytes durable (an `fdatasync` failed). A retried
+        /// sync could report success for bytes the disk lost, so the store refuses every write
+        /// (and every commit of writes already queued) until it is closed and opened again;
+        /// reads go on. Opening replays and verifies what the packs hold. Nothing acknowledged
+        /// as durable before the failure is affected.
+        public static let syncFailed = Code(name: "syncFailed")
         public var description: String { name }
     }
 
@@ -87,6 +93,12 @@ extension StoreError {
         }
         switch error.code {
         case .recordTooLarge: self.init(code: .valueTooLarge, message: error.message, underlying: error)
+        case .syncFailed:
+            self.init(
+                code: .syncFailed,
+                message: "\(error.message). Writes are refused until the store is closed and opened again, which replays "
+                    + "and verifies what the packs hold; the kernel log (dmesg) says why the disk failed",
+                underlying: error)
         case .corruptRecord, .truncatedRecord, .notASegment, .damagedPayload, .recordMismatch:
             self.init(code: .corruptRecord, message: error.message, underlying: error)
         default: self.init(code: .io, message: error.message, underlying: error)

@@ -241,3 +241,45 @@ func version1BlobBody(_ payload: [UInt8], id: UInt64) -> [UInt8] {
         }
     }
 }
+
+/// A failed fdatasync is final for the opening of a segment file: Linux reports a failed
+/// writeback to one sync only and marks the pages clean, so a retry could report success for
+/// bytes the disk never got.
+@Suite struct SyncFailureTests {
+    @Test func aFailedSyncIsKeptAndNeverAskedAgain() async throws {
+        try await withTemporaryDirectory { dir in
+            // The kernel's shape: one sync fails, every later one would succeed.
+            let syncs = Locked(0)
+            let faults = FaultInjector { operation, _ in
+                guard operation == .sync else { return nil }
+                return syncs.withLock {
+                    $0 += 1; return $0
+                } == 2 ? .error(EIO) : nil
+            }
+            let writer = try makeWriter(dir, faults: faults)
+            let file = writer.segment
+            try file.synchronize()
+            #expect(file.syncFailure == nil)
+            _ = try [UInt8](repeating: 7, count: 100).withUnsafeBytes {
+                try writer.appendBlob(hash: ContentHash(high: 1, low: 2), id: 1, payload: $0)
+            }
+            let first = #expect(throws: PackError.self) { try file.synchronize() }
+            #expect(first?.code == .syncFailed)
+            #expect(first?.errno == EIO)
+            #expect(first?.message.contains("reopened") == true)
+            // Later syncs throw the same failure without reaching the kernel (or the injector).
+            for _ in 0..<3 {
+                let again = #expect(throws: PackError.self) { try file.synchronize() }
+                #expect(again?.code == .syncFailed)
+                #expect(again?.errno == EIO)
+            }
+            #expect(syncs.withLock { $0 } == 2)
+            #expect(file.syncFailure?.code == .syncFailed)
+            // A new opening of the file starts clean.
+            let reopened = try SegmentFile.open(id: 1, in: dir, writable: true, faults: faults)
+            try reopened.synchronize()
+            #expect(reopened.syncFailure == nil)
+            #expect(syncs.withLock { $0 } == 3)
+        }
+    }
+}

@@ -182,12 +182,18 @@ import TroveTestSupport
                         _ = Self.check(
                             faulted, model: model, context: context + ", faulted",
                             allowingReadErrors: [.open, .read].contains(operation))
-                        // The fault clears: the store works again without reopening.
+                        // The fault clears: the store works again without reopening — unless a
+                        // segment failed a sync, after which it refuses writes until reopened
+                        // (a retried sync could report bytes the disk lost as durable).
                         schedule.clear()
                         let after = Data("after \(target)".utf8)
                         do {
                             try faulted.put(after, for: Self.keys[0])
                             model[Self.keys[0]] = .some(after)
+                        } catch let error as StoreError where operation == .sync && error.code == .syncFailed {
+                            #expect(throws: StoreError.self, "\(context): a second put after a failed sync") {
+                                try faulted.put(after, for: Self.keys[1])
+                            }
                         } catch {
                             Issue.record("\(context): a put after the fault cleared failed: \(error)")
                         }

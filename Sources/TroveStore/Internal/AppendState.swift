@@ -76,6 +76,13 @@ final class AppendState: @unchecked Sendable {
         pack.rotate(to: file)
     }
 
+    /// The failed sync that makes the store refuse writes until it is reopened, if any: of the
+    /// active segment, or of a rotated one whose writes are still queued — the commit of those
+    /// writes needs a sync that can no longer be trusted (``SegmentFile/synchronize()``).
+    var syncFailure: PackError? {
+        pack.segment.syncFailure ?? rotated.lazy.compactMap { $0.file.syncFailure }.first
+    }
+
     /// Queues a record appended at `offset` of the active segment.
     func enqueue(offset: UInt64, length: UInt64, _ content: ScannedRecord.Content) {
         queue.append(

@@ -1,0 +1,126 @@
+import Foundation
+import Testing
+import TroveCore
+import TroveStoreTestSupport
+import TroveTestSupport
+
+@testable import TroveIndex
+@testable import TrovePack
+@_spi(Testing) @testable import TroveStore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// After an fdatasync of a segment fails, the store never reports a write as durable on the
+/// strength of a retried sync (Linux reports a failed writeback once, then a sync of the same
+/// file succeeds whether or not the bytes reached the disk). It refuses writes with
+/// `.syncFailed` until it is reopened; reads go on; reopening replays what the packs hold.
+@Suite(.serialized) struct StoreSyncFailureTests {
+    /// Fails the next data sync of a segment file once when armed, like the kernel: the sync
+    /// after it would succeed. Counts the segment syncs asked after the failure.
+    final class OneFailedSync: Sendable {
+        struct State {
+            var armed = false
+            var failed = false
+            var asksAfterFailure = 0
+        }
+        let state = Locked(State())
+        let errno: Int32
+        init(errno: Int32) { self.errno = errno }
+
+        var injector: FaultInjector {
+            FaultInjector { [self] operation, path in
+                // Data syncs of segments only (a directory's path has no ".pack").
+                guard operation == .sync, path.hasSuffix(".pack") else { return nil }
+                return state.withLock { s in
+                    if s.failed {
+                        s.asksAfterFailure += 1
+                        return nil
+                    }
+                    guard s.armed else { return nil }
+                    s.failed = true
+                    return .error(errno)
+                }
+            }
+        }
+        func arm() { state.withLock { $0.armed = true } }
+        var failed: Bool { state.withLock { $0.failed } }
+        var asksAfterFailure: Int { state.withLock { $0.asksAfterFailure } }
+    }
+
+    func value(_ i: Int) -> Data { Data(testBytes(seed: UInt64(i) &+ 77, count: 3000)) }
+
+    @Test(arguments: [EIO, ENOSPC])
+    func aFullPutAfterAFailedSyncIsRefusedUntilReopen(errno: Int32) async throws {
+        try await withTemporaryDirectory { dir in
+            let fault = OneFailedSync(errno: errno)
+            let store = try openStore(dir, durability: .full) { $0.faultInjector = fault.injector }
+            try store.put(value(0), for: key(0))
+            fault.arm()
+            let failed = #expect(throws: StoreError.self) { try store.put(value(1), for: key(1)) }
+            #expect(failed?.code == .syncFailed)
+            #expect(failed?.message.contains("closed and opened again") == true)
+            #expect(fault.failed)
+            // The retry that would succeed is never made: every write is refused.
+            for i in 2..<5 {
+                let refused = #expect(throws: StoreError.self) { try store.put(value(i), for: key(i)) }
+                #expect(refused?.code == .syncFailed)
+            }
+            #expect((#expect(throws: StoreError.self) { _ = try store.remove(key(0)) })?.code == .syncFailed)
+            #expect((#expect(throws: StoreError.self) { try store.flush() })?.code == .syncFailed)
+            #expect(fault.asksAfterFailure == 0)
+            // Reads go on: the committed value, and nothing for the refused ones.
+            #expect(try store.data(for: key(0)) == value(0))
+            #expect(try store.data(for: key(3)) == nil)
+            // The failed put's record is still queued, so closing reports the failure too — and
+            // releases the store all the same.
+            #expect((#expect(throws: StoreError.self) { try store.close() })?.code == .syncFailed)
+
+            let reopened = try openStore(dir, durability: .full)
+            #expect(try reopened.data(for: key(0)) == value(0))
+            // The failed put was never acknowledged: gone, or replayed from the pack intact.
+            let replayed = try reopened.data(for: key(1))
+            #expect(replayed == nil || replayed == value(1))
+            for i in 2..<5 { #expect(try reopened.data(for: key(i)) == nil) }
+            try reopened.put(value(9), for: key(9))
+            #expect(try reopened.data(for: key(9)) == value(9))
+            #expect(try reopened.fsck().isClean)
+            try reopened.close()
+        }
+    }
+
+    /// `batched`: the writes queued when the cycle's sync failed were acknowledged (not as
+    /// durable); they stay readable, are never committed on a retried sync, and are replayed by
+    /// the next opening.
+    @Test func batchedWritesQueuedAtAFailedSyncAreReplayedAtReopenNotRetried() async throws {
+        try await withTemporaryDirectory { dir in
+            let fault = OneFailedSync(errno: EIO)
+            let store = try openStore(dir, durability: .batched) {
+                $0.faultInjector = fault.injector
+                $0.batchInterval = .seconds(3600)
+            }
+            try store.put(value(0), for: key(0))
+            try store.flush()
+            fault.arm()
+            for i in 1..<4 { try store.put(value(i), for: key(i)) }
+            #expect((#expect(throws: StoreError.self) { try store.flush() })?.code == .syncFailed)
+            #expect((#expect(throws: StoreError.self) { try store.flush() })?.code == .syncFailed)
+            #expect((#expect(throws: StoreError.self) { try store.put(value(5), for: key(5)) })?.code == .syncFailed)
+            #expect(fault.asksAfterFailure == 0)
+            for i in 0..<4 { #expect(try store.data(for: key(i)) == value(i)) }
+            #expect(try store.data(for: key(5)) == nil)
+            // Nothing queued was committed on the strength of a later sync.
+            let committed = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: true)
+            #expect(try committed.entry(digest: key(1).digest) == nil)
+            #expect(try committed.entry(digest: key(0).digest) != nil)
+            #expect(throws: StoreError.self) { try store.close() }
+
+            let reopened = try openStore(dir, durability: .batched)
+            for i in 0..<4 { #expect(try reopened.data(for: key(i)) == value(i)) }
+            #expect(try reopened.data(for: key(5)) == nil)
+            #expect(try reopened.fsck().isClean)
+            try reopened.close()
+        }
+    }
+}
