@@ -106,8 +106,16 @@ public final class SegmentFile: Sendable {
         let file = SegmentFile(header: header, path: path, descriptor: fd, faults: faults)
         try header.bytes.withUnsafeBytes { raw throws in try SystemCall.pwrite(fd, [raw], at: 0, path: path, faults: faults) }
         if synchronize {
-            try SystemCall.fdatasync(fd, path: path, faults: faults)
-            try SystemCall.fsyncDirectory(directory, faults: faults)
+            do {
+                try SystemCall.fdatasync(fd, path: path, faults: faults)
+                try SystemCall.fsyncDirectory(directory, faults: faults)
+            } catch {
+                // A sync that failed cannot be retried (``synchronize()``): a later opening of
+                // this file would sync it "successfully" on a new descriptor. Best effort: the
+                // file goes, so nothing adopts a header that may not be on disk.
+                try? SystemCall.unlink(path)
+                throw error
+            }
         }
         return file
     }
@@ -489,9 +497,10 @@ public enum PackDirectory {
     /// Makes the directory's entries (created or removed files) durable.
     ///
     /// Unlike a segment's data sync (``SegmentFile/synchronize()``), a failure is not kept: a
-    /// directory's entries are journaled metadata, and a journal commit that fails aborts the
-    /// journal (ext4, XFS), so every later sync fails too instead of reporting lost entries as
-    /// durable.
+    /// directory's entries are journaled metadata on the file systems Trove is meant for, and a
+    /// journal commit that fails aborts the journal (ext4 and XFS with their journals), so every
+    /// later sync fails too instead of reporting lost entries as durable. On a file system
+    /// without a journal (ext2, ext4 without one) that reasoning does not hold.
     public static func synchronize(_ path: String, faults: FaultInjector? = nil) throws {
         try SystemCall.fsyncDirectory(path, faults: faults)
     }

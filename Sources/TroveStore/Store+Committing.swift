@@ -36,7 +36,16 @@ extension Store {
         let bound = (segment: snapshot.active.id, end: snapshot.end)
         // The pack's sync runs beside the apply, and the transaction commits only after it. (An
         // empty snapshot syncs nothing; a segment that failed a sync fails the cycle here.)
-        let sync = try packSync(for: snapshot)
+        let sync: BackgroundSyncer.Job?
+        do {
+            sync = try packSync(for: snapshot)
+        } catch {
+            // No cycle commits until the store is reopened: reads still fill the location map
+            // and the read times, which are held to their bounds here (read times are advisory).
+            shared.withLock { $0.readTimes.removeAll() }
+            holdLocationMapToLimit()
+            throw error
+        }
         let now = ContinuousClock.now
         var readTimes: [CacheKey: Int64] = [:]
         if flushReadTimes || now - state.lastReadTimeFlush >= configuration.accessTimeFlushInterval {
@@ -291,7 +300,10 @@ extension Store {
             return
         } catch {
             shared.withLock { state in
-                if state.backgroundError == nil { state.backgroundError = error }
+                // A failed sync replaces an earlier error: it lasts until the store is reopened.
+                if state.backgroundError == nil || (error.code == .syncFailed && state.backgroundError?.code != .syncFailed) {
+                    state.backgroundError = error
+                }
             }
         }
     }

@@ -101,14 +101,14 @@ extension Store {
     // MARK: Internals
 
     /// Commits pending writes (and read times) so that the index shows them. When the commit
-    /// cannot be written — a full or failing disk — returns instead what the index is missing:
+    /// cannot be written — a full or failing disk, a failed sync — returns instead what the index is missing:
     /// the location map's entries and removals (and a replay opening could not write), for
     /// the caller to lay over what it reads from the index.
     func commitForListing() throws(StoreError) -> [CacheKey: LocationMap.Slot]? {
         do {
             try commitPending(flushReadTimes: true)
             return nil
-        } catch  where error.code == .index || error.code == .io {
+        } catch  where error.code == .index || error.code == .io || error.code == .syncFailed {
             return shared.withLock { $0.map.pending }
         }
     }

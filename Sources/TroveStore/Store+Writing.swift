@@ -346,7 +346,9 @@ extension Store {
         // before it left the queue, so the index read that follows sees it. (The other order
         // misses a write committed between the two reads.)
         var keys = Set<CacheKey>()
-        try withAppender { (state) throws(StoreError) in
+        // A read of the queue: not `withAppender`, which refuses once a sync failed.
+        try appender.withLock { (state) throws(StoreError) in
+            guard !state.isClosed else { throw Self.closedError(directory) }
             for write in state.queue {
                 if case .link(let link) = write.record.content, link.url == url {
                     keys.insert(CacheKey(url: link.url, variant: link.variant))

@@ -215,7 +215,8 @@ public final class Store: Sendable {
         if let failure { throw failure }
     }
 
-    /// The first error of background work (commit cycles and compaction passes), if any. It
+    /// The first error of background work (commit cycles and compaction passes), if any — or
+    /// ``StoreError/Code/syncFailed`` once a sync failed, whatever came before. It
     /// stays set until the store is closed; queued writes stay queued and are retried at the
     /// next cycle (except after ``StoreError/Code/syncFailed``: then only reopening commits
     /// them), and the next pass tries compaction again.

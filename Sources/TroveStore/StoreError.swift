@@ -40,8 +40,9 @@ public struct StoreError: Error, Sendable, CustomStringConvertible {
         /// The disk failed to make written pack bytes durable (an `fdatasync` failed). A retried
         /// sync could report success for bytes the disk lost, so the store refuses every write
         /// (and every commit of writes already queued) until it is closed and opened again;
-        /// reads go on. Opening replays and verifies what the packs hold. Nothing acknowledged
-        /// as durable before the failure is affected.
+        /// reads go on. Opening replays what the packs hold, verified by checksum — in the same
+        /// boot, possibly from the page cache (Docs/Architecture.md, "Durability"). Nothing
+        /// acknowledged as durable before the failure is affected.
         public static let syncFailed = Code(name: "syncFailed")
         public var description: String { name }
     }
@@ -96,8 +97,8 @@ extension StoreError {
         case .syncFailed:
             self.init(
                 code: .syncFailed,
-                message: "\(error.message). Writes are refused until the store is closed and opened again, which replays "
-                    + "and verifies what the packs hold; the kernel log (dmesg) says why the disk failed",
+                message: "\(error.message). Writes are refused until the store is closed and opened again (opening "
+                    + "replays what the packs hold); the kernel log (dmesg) says why the disk failed",
                 underlying: error)
         case .corruptRecord, .truncatedRecord, .notASegment, .damagedPayload, .recordMismatch:
             self.init(code: .corruptRecord, message: error.message, underlying: error)

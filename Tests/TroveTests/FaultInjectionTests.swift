@@ -191,9 +191,10 @@ import TroveTestSupport
                             try faulted.put(after, for: Self.keys[0])
                             model[Self.keys[0]] = .some(after)
                         } catch let error as StoreError where operation == .sync && error.code == .syncFailed {
-                            #expect(throws: StoreError.self, "\(context): a second put after a failed sync") {
+                            let again = #expect(throws: StoreError.self, "\(context): a second put after a failed sync") {
                                 try faulted.put(after, for: Self.keys[1])
                             }
+                            #expect(again?.code == .syncFailed, "\(context)")
                         } catch {
                             Issue.record("\(context): a put after the fault cleared failed: \(error)")
                         }

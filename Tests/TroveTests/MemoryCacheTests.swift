@@ -331,11 +331,14 @@ private struct TestLRU {
     @Test func theGhostQueueStaysBoundedUnderEvictionsAndQuickReturns() {
         var ghost = GhostFIFO()
         ghost.append(-1, limit: 16)
+        // Counted, then checked once: an #expect per iteration cost this test over a minute
+        // under ThreadSanitizer.
+        var notReturned = 0
         for i in 0..<100_000 {
             ghost.append(i, limit: 16)
-            let returned = ghost.remove(i)
-            #expect(returned)
+            if !ghost.remove(i) { notReturned += 1 }
         }
+        #expect(notReturned == 0)
         #expect(ghost.count == 1)  // the first hash is still remembered
         #expect(ghost.places <= 32)
         // Members beyond the limit leave oldest first.

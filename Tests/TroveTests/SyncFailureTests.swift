@@ -110,6 +110,12 @@ import TroveTestSupport
             #expect(fault.asksAfterFailure == 0)
             for i in 0..<4 { #expect(try store.data(for: key(i)) == value(i)) }
             #expect(try store.data(for: key(5)) == nil)
+            // Listings go on, with the queued writes laid over the index.
+            #expect(try store.keys(url: key(1).url) == [key(1)])
+            var listed = 0
+            try store.forEachEntry { _ in listed += 1 }
+            #expect(listed == 4)
+            _ = try store.fsck()
             // Nothing queued was committed on the strength of a later sync.
             let committed = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: true)
             #expect(try committed.entry(digest: key(1).digest) == nil)
@@ -121,6 +127,66 @@ import TroveTestSupport
             #expect(try reopened.data(for: key(5)) == nil)
             #expect(try reopened.fsck().isClean)
             try reopened.close()
+        }
+    }
+
+    /// A failed sync of a segment that rotation sealed, while the active one is sound: its
+    /// queued writes can never be committed on a retried sync, so the store refuses writes all
+    /// the same, and the background committer reports it.
+    @Test func aFailedSyncOfARotatedSegmentRefusesWritesToo() async throws {
+        try await withTemporaryDirectory { dir in
+            let armed = Locked(false)
+            let failed = Locked(false)
+            let store = try openStore(dir, durability: .batched, segmentSize: 16 << 10) {
+                $0.batchInterval = .seconds(3600)
+                $0.faultInjector = FaultInjector { operation, path in
+                    guard operation == .sync, path.hasSuffix("/00000001.pack"), armed.withLock({ $0 }) else { return nil }
+                    return failed.withLock { done in
+                        if done { return nil }
+                        done = true
+                        return .error(EIO)
+                    }
+                }
+            }
+            var n = 0
+            while store.appender.withLock({ $0.rotated.isEmpty }) {
+                try store.put(value(n), for: key(n))
+                n += 1
+            }
+            #expect(store.appender.withLock { $0.pack.segment.id } == 2)
+            armed.withLock { $0 = true }
+            #expect((#expect(throws: StoreError.self) { try store.flush() })?.code == .syncFailed)
+            #expect(failed.withLock { $0 })
+            // The active segment never failed a sync; the rotated one holds queued writes.
+            #expect(store.appender.withLock { $0.pack.segment.syncFailure } == nil)
+            #expect((#expect(throws: StoreError.self) { try store.put(value(99), for: key(99)) })?.code == .syncFailed)
+            #expect(
+                (#expect(throws: StoreError.self) { try store.putWithoutWaiting(value(98), for: key(98)) })?.code == .syncFailed)
+            for i in 0..<n { #expect(try store.data(for: key(i)) == value(i)) }
+            #expect(store.backgroundError == nil || store.backgroundError?.code == .syncFailed)
+            #expect(throws: StoreError.self) { try store.close() }
+        }
+    }
+
+    /// The background committer meets the failure on its own and reports it, replacing an
+    /// earlier error.
+    @Test func theBackgroundCommitterReportsTheFailure() async throws {
+        try await withTemporaryDirectory { dir in
+            let fault = OneFailedSync(errno: EIO)
+            let store = try openStore(dir, durability: .batched) {
+                $0.faultInjector = fault.injector
+                $0.batchInterval = .milliseconds(5)
+            }
+            fault.arm()
+            try store.put(value(1), for: key(1))
+            try await offPool {
+                let deadline = Date().addingTimeInterval(20)
+                while store.backgroundError?.code != .syncFailed && Date() < deadline { usleep(2_000) }
+            }
+            #expect(store.backgroundError?.code == .syncFailed)
+            #expect(fault.asksAfterFailure == 0)
+            #expect((#expect(throws: StoreError.self) { try store.put(value(2), for: key(2)) })?.code == .syncFailed)
+            #expect(throws: StoreError.self) { try store.close() }
         }
     }
 }
