@@ -101,9 +101,9 @@ extension Store {
     // MARK: Internals
 
     /// Commits pending writes (and read times) so that the index shows them. When the commit
-    /// cannot be written — a full or failing disk, a failed sync — returns instead what the index is missing:
-    /// the location map's entries and removals (and a replay opening could not write), for
-    /// the caller to lay over what it reads from the index.
+    /// cannot be written — a full or failing disk, a failed sync — returns instead what the
+    /// index is missing: the location map's entries and removals (and a replay opening could
+    /// not write), for the caller to lay over what it reads from the index.
     func commitForListing() throws(StoreError) -> [CacheKey: LocationMap.Slot]? {
         do {
             try commitPending(flushReadTimes: true)

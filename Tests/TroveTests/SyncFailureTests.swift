@@ -51,6 +51,14 @@ import TroveTestSupport
 
     func value(_ i: Int) -> Data { Data(testBytes(seed: UInt64(i) &+ 77, count: 3000)) }
 
+    /// A `batched` store whose segment syncs go through `fault`, committing every `interval`.
+    func openBatched(_ dir: String, _ fault: OneFailedSync, interval: Duration) throws -> Store {
+        try openStore(dir, durability: .batched) {
+            $0.faultInjector = fault.injector
+            $0.batchInterval = interval
+        }
+    }
+
     @Test(arguments: [EIO, ENOSPC])
     func aFullPutAfterAFailedSyncIsRefusedUntilReopen(errno: Int32) async throws {
         try await withTemporaryDirectory { dir in
@@ -96,10 +104,7 @@ import TroveTestSupport
     @Test func batchedWritesQueuedAtAFailedSyncAreReplayedAtReopenNotRetried() async throws {
         try await withTemporaryDirectory { dir in
             let fault = OneFailedSync(errno: EIO)
-            let store = try openStore(dir, durability: .batched) {
-                $0.faultInjector = fault.injector
-                $0.batchInterval = .seconds(3600)
-            }
+            let store = try openBatched(dir, fault, interval: .seconds(3600))
             try store.put(value(0), for: key(0))
             try store.flush()
             fault.arm()
@@ -168,15 +173,11 @@ import TroveTestSupport
         }
     }
 
-    /// The background committer meets the failure on its own and reports it, replacing an
-    /// earlier error.
+    /// The background committer meets the failure on its own and reports it.
     @Test func theBackgroundCommitterReportsTheFailure() async throws {
         try await withTemporaryDirectory { dir in
             let fault = OneFailedSync(errno: EIO)
-            let store = try openStore(dir, durability: .batched) {
-                $0.faultInjector = fault.injector
-                $0.batchInterval = .milliseconds(5)
-            }
+            let store = try openBatched(dir, fault, interval: .milliseconds(5))
             fault.arm()
             try store.put(value(1), for: key(1))
             try await offPool {

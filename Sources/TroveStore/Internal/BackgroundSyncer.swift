@@ -7,8 +7,9 @@ import Foundation
 /// The order that makes a crash safe is unchanged: the committer waits for the sync
 /// (``Job/wait()``) before it commits the transaction, so no committed row ever points at pack
 /// bytes that are not durable; a failed sync rolls the transaction back and the writes stay
-/// queued (never to be committed on a retried sync: ``SegmentFile/synchronize()``). The committer waits for each job before its cycle ends — also when the apply fails,
-/// so no sync outlives its cycle, and only the committer submits, under its lock: one job at a
+/// queued (never to be committed on a retried sync: ``SegmentFile/synchronize()``). The
+/// committer waits for each job before its cycle ends — also when the apply fails, so no sync
+/// outlives its cycle, and only the committer submits, under its lock: one job at a
 /// time, whether it runs on the thread or (after ``stop()``) on the committer's.
 ///
 /// The thread and its lifecycle are a ``WorkerThread`` (`trove-syncer`).
