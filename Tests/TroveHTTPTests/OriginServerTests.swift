@@ -272,7 +272,9 @@ struct OriginServerTests {
 
     @Test func recordsRequestHeadsAndPeakConcurrency() async throws {
         try await withOriginServer { origin in
-            origin.set("/slow", OriginResource(body: jpegLike(count: 10), headDelay: .milliseconds(300)))
+            // All four must reach the server while the first is still held: 300 ms was too short
+            // once on the loaded 2-core CI (peak 3).
+            origin.set("/slow", OriginResource(body: jpegLike(count: 10), headDelay: .seconds(2)))
             try await withPlainClient { client in
                 try await withThrowingTaskGroup(of: Int.self) { group in
                     for index in 0..<4 {
