@@ -213,6 +213,40 @@ public final class SegmentFile: Sendable {
     /// The failed sync that makes this file refuse every sync (see ``synchronize()``), if any.
     public var syncFailure: PackError? { failedSync.withLock { $0 } }
 
+    /// Writes the bytes in `range` again, unchanged, at the same place, so that the next
+    /// ``synchronize()`` writes them to the disk or fails.
+    ///
+    /// Bytes past a file's last successful sync may exist only in the page cache: when their
+    /// writeback failed, Linux marked those pages clean, so reading them still returns what was
+    /// written and a sync through a new opening of the file succeeds without writing them.
+    /// Writing them again marks them dirty. Recovery does this to the tails it replays before it
+    /// syncs and indexes them, so that a store reopened after a failed sync, in the same boot,
+    /// never commits bytes the disk lost. The content does not change, so a crash during the
+    /// rewrite leaves every byte as it was or as it was meant to be.
+    ///
+    /// - Throws: ``PackError/Code/io`` when a read or write fails or the file ends before
+    ///   `range` does.
+    public func rewriteUnchanged(_ range: Range<UInt64>) throws(PackError) {
+        let chunk = 1 << 20
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunk, alignment: 16)
+        defer { buffer.deallocate() }
+        var offset = range.lowerBound
+        while offset < range.upperBound {
+            let wanted = Int(min(UInt64(chunk), range.upperBound - offset))
+            let part = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<wanted])
+            let n = try SystemCall.pread(descriptor, into: part, at: offset, path: path, faults: faults)
+            guard n == wanted else {
+                throw PackError(
+                    code: .io,
+                    message:
+                        "the file ends at \(offset + UInt64(n)), before the end of the bytes to rewrite (\(range.upperBound))",
+                    path: path, offset: offset)
+            }
+            try SystemCall.pwrite(descriptor, [UnsafeRawBufferPointer(part)], at: offset, path: path, faults: faults)
+            offset += UInt64(n)
+        }
+    }
+
     /// Cuts the file to `length` bytes.
     public func truncate(to length: UInt64) throws {
         try SystemCall.truncate(descriptor, to: length, path: path, faults: faults)

@@ -38,7 +38,7 @@ extension Store {
         // empty snapshot syncs nothing; a segment that failed a sync fails the cycle here.)
         let sync: BackgroundSyncer.Job?
         do {
-            sync = try packSync(for: snapshot)
+            sync = try packSync(for: snapshot, committedEnd: state.committedEnd)
         } catch {
             // No cycle commits until the store is reopened: reads still fill the location map
             // and the read times, which are held to their bounds here (read times are advisory).
@@ -92,6 +92,7 @@ extension Store {
             throw StoreError(index: error)
         }
         state.committedSequence = snapshot.sequence
+        state.committedEnd = (snapshot.active.id, snapshot.end)
         scheduleCheckpoint(index)
         loadKeyFilterIfWanted(index)
         if state.deferredReplay != nil {
@@ -114,17 +115,24 @@ extension Store {
     }
 
     /// Starts the fdatasyncs that make `snapshot`'s pack bytes durable (none under
-    /// ``Durability/none``): its rotated segments, the active one, and the packs directory when
+    /// ``Durability/none``): its rotated segments, the active one when the cycle commits a new
+    /// length for it (`committedEnd` is the last one committed), and the packs directory when
     /// segments were created. The caller waits for the job before it commits.
     ///
     /// - Throws: ``StoreError/Code/syncFailed`` at once, without applying anything, when one of
     ///   those segments already failed a sync: none of its unsynced writes can be committed
     ///   until the store is reopened (``SegmentFile/synchronize()``).
-    private func packSync(for snapshot: CommitSnapshot) throws(StoreError) -> BackgroundSyncer.Job? {
+    private func packSync(
+        for snapshot: CommitSnapshot, committedEnd: (segment: UInt32, end: UInt64)?
+    ) throws(StoreError) -> BackgroundSyncer.Job? {
         guard configuration.durability != .none else { return nil }
+        // The cycle commits the active segment's length whatever it carries (read times, say):
+        // bytes inside that length are never replayed, so they must be on disk first — queued
+        // writes' and the compactor's copies alike.
+        let moved = committedEnd.map { $0.segment != snapshot.active.id || $0.end != snapshot.end } ?? true
         let files =
             snapshot.rotated.map(\.file)
-            + (snapshot.writes.isEmpty && snapshot.created.isEmpty ? [] : [snapshot.active])
+            + (snapshot.writes.isEmpty && snapshot.created.isEmpty && !moved ? [] : [snapshot.active])
         if let failure = files.lazy.compactMap(\.syncFailure).first { throw StoreError(pack: failure) }
         let directory = snapshot.created.isEmpty ? nil : packsDirectory
         guard !files.isEmpty || directory != nil else { return nil }

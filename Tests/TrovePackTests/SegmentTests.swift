@@ -282,4 +282,29 @@ func version1BlobBody(_ payload: [UInt8], id: UInt64) -> [UInt8] {
             #expect(syncs.withLock { $0 } == 3)
         }
     }
+
+    /// `rewriteUnchanged` writes a range again as it is (in chunks, so past 1 MiB too), and
+    /// refuses a range past the end of the file with a typed error.
+    @Test func aRewriteLeavesTheBytesAsTheyWere() async throws {
+        try await withTemporaryDirectory { dir in
+            let writes = Locked(0)
+            let faults = FaultInjector { operation, _ in
+                if operation == .write { writes.withLock { $0 += 1 } }
+                return nil
+            }
+            let writer = try makeWriter(dir, faults: faults)
+            let file = writer.segment
+            let payload = testBytes(seed: 3, count: 3 << 20)
+            _ = try payload.withUnsafeBytes { try writer.appendBlob(hash: ContentHash(high: 1, low: 2), id: 1, payload: $0) }
+            let size = try file.size()
+            let before = try Data(contentsOf: URL(fileURLWithPath: file.path))
+            writes.withLock { $0 = 0 }
+            try file.rewriteUnchanged(file.headerSize..<size)
+            #expect(writes.withLock { $0 } == 4, "3 MiB and a little, in 1 MiB chunks")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: file.path)) == before)
+            let past = #expect(throws: PackError.self) { try file.rewriteUnchanged(size - 10..<size + 10) }
+            #expect(past?.code == .io)
+            #expect(try Data(contentsOf: URL(fileURLWithPath: file.path)) == before)
+        }
+    }
 }

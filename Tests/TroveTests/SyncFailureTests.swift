@@ -135,6 +135,137 @@ import TroveTestSupport
         }
     }
 
+    /// Leaves `dir` as a `batched` store whose last sync failed with keys 1–3 queued (key 0
+    /// committed before), closed.
+    func storeClosedAfterAFailedSync(_ dir: String) throws {
+        let fault = OneFailedSync(errno: EIO)
+        let store = try openBatched(dir, fault, interval: .seconds(3600))
+        try store.put(value(0), for: key(0))
+        try store.flush()
+        fault.arm()
+        for i in 1..<4 { try store.put(value(i), for: key(i)) }
+        #expect((#expect(throws: StoreError.self) { try store.flush() })?.code == .syncFailed)
+        #expect(throws: StoreError.self) { try store.close() }
+    }
+
+    /// Every segment system call an opening makes, in order.
+    final class SegmentCalls: Sendable {
+        let calls = Locked<[(FaultInjector.Operation, String)]>([])
+        let failSyncs: Bool
+        init(failingSyncs: Bool = false) { failSyncs = failingSyncs }
+        var injector: FaultInjector {
+            FaultInjector { [self] operation, path in
+                guard path.hasSuffix(".pack") else { return nil }
+                calls.withLock { $0.append((operation, path)) }
+                return failSyncs && operation == .sync ? .error(EIO) : nil
+            }
+        }
+        func kinds(of path: String) -> [FaultInjector.Operation] {
+            calls.withLock { $0.filter { $0.1 == path }.map(\.0) }
+        }
+        var writes: Int { calls.withLock { $0.filter { $0.0 == .write }.count } }
+    }
+
+    /// The same boot: the bytes of the writes queued at the failure may be in the page cache
+    /// only (clean pages whose writeback failed), where a sync alone would not write them. So
+    /// reopening writes that tail again and syncs it before it commits the replay; a clean
+    /// reopening writes nothing.
+    @Test func reopeningRewritesAndSyncsTheReplayedTailBeforeItIsIndexed() async throws {
+        try await withTemporaryDirectory { dir in
+            try storeClosedAfterAFailedSync(dir)
+            let active = StoreFiles(root: dir).segment(1)
+            let calls = SegmentCalls()
+            let reopened = try openStore(dir, durability: .batched) { $0.faultInjector = calls.injector }
+            let kinds = calls.kinds(of: active)
+            let firstWrite = kinds.firstIndex(of: .write)
+            let lastWrite = kinds.lastIndex(of: .write)
+            #expect(firstWrite != nil, "\(kinds)")
+            // A sync follows the rewrite: before it, the tail may not be on disk.
+            #expect(lastWrite.map { kinds[$0...].contains(.sync) } == true, "\(kinds)")
+            #expect(reopened.recoveryReport.replayedRecords > 0)
+            for i in 0..<4 { #expect(try reopened.data(for: key(i)) == value(i)) }
+            // The replay is committed: the index has the queued writes now.
+            let committed = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: true)
+            #expect(try committed.entry(digest: key(3).digest) != nil)
+            #expect(try reopened.fsck().isClean)
+            try reopened.close()
+
+            let clean = SegmentCalls()
+            let again = try openStore(dir, durability: .batched) { $0.faultInjector = clean.injector }
+            #expect(clean.writes == 0, "a clean open rewrote \(clean.writes) times")
+            for i in 0..<4 { #expect(try again.data(for: key(i)) == value(i)) }
+            try again.close()
+        }
+    }
+
+    /// When the sync of the rewritten tail fails too, the open fails with `syncFailed` and
+    /// commits nothing; an open on a sound disk then replays the writes.
+    @Test func aReopenWhoseSyncFailsCommitsNothing() async throws {
+        try await withTemporaryDirectory { dir in
+            try storeClosedAfterAFailedSync(dir)
+            let failing = SegmentCalls(failingSyncs: true)
+            let refused = #expect(throws: StoreError.self) {
+                try openStore(dir, durability: .batched) { $0.faultInjector = failing.injector }
+            }
+            #expect(refused?.code == .syncFailed, "\(String(describing: refused))")
+            #expect(failing.writes > 0)
+            let committed = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: true)
+            #expect(try committed.entry(digest: key(1).digest) == nil)
+            #expect(try committed.entry(digest: key(0).digest) != nil)
+
+            let reopened = try openStore(dir, durability: .batched)
+            #expect(reopened.recoveryReport.replayedRecords > 0)
+            for i in 0..<4 { #expect(try reopened.data(for: key(i)) == value(i)) }
+            #expect(try reopened.fsck().isClean)
+            try reopened.close()
+        }
+    }
+
+    /// A commit cycle that moves the active segment's committed length syncs it first, even
+    /// when no write is queued: the compactor appends its copies without queueing them, and a
+    /// cycle that carries read times commits the length all the same. An open never rewrites
+    /// what lies inside that length, so unsynced copies there could outlive a failed sync.
+    @Test func aCycleWithoutWritesSyncsTheCopiesBeforeCommittingTheirLength() async throws {
+        try await withTemporaryDirectory { dir in
+            let armed = Locked(false)
+            let box = Locked<Store?>(nil)
+            let store = try openStore(dir, durability: .batched, segmentSize: 64 << 10) {
+                $0.compactionInterval = nil
+                $0.rewriteLiveRatio = 0.9
+                $0.accessTimeFlushInterval = .zero
+                $0.faultInjector = FaultInjector { operation, path in
+                    guard path.hasSuffix(".pack"), armed.withLock({ $0 }) else { return nil }
+                    switch operation {
+                    case .write:
+                        // A read during the copy: its read time goes with the next cycle.
+                        box.withLock { $0 }?.shared.withLock { $0.readTimes[key(0)] = 1 }
+                        return nil
+                    case .sync: return .error(EIO)
+                    default: return nil
+                    }
+                }
+            }
+            box.withLock { $0 = store }
+            defer { box.withLock { $0 = nil } }
+            let big = { (i: Int) in Data(testBytes(seed: UInt64(i), count: 20_000)) }
+            // Segments 1 and 2 full (three values each), the active one with room for the copies
+            // (rotation would sync it in any case).
+            for i in 0..<7 { try store.put(big(i), for: key(i)) }
+            #expect(try store.remove(key(1)))
+            try store.flush()
+            let index = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: true)
+            let active = try #require(try index.segments().filter { !$0.isSealed }.max { $0.id < $1.id })
+            #expect(active.id == 3 && active.indexedBytes < 30_000, "\(active)")
+            armed.withLock { $0 = true }
+            #expect((#expect(throws: StoreError.self) { try store.compact() })?.code == .syncFailed)
+            let after = try #require(try index.segments().first { $0.id == active.id })
+            #expect(after.indexedBytes == active.indexedBytes, "the copies' length was committed before their sync")
+            #expect(try index.entry(digest: key(0).digest)?.blob.segment == 1)
+            for i in 0..<7 where i != 1 { #expect(try store.data(for: key(i)) == big(i)) }
+            try? store.close()
+        }
+    }
+
     /// A failed sync of a segment that rotation sealed, while the active one is sound: its
     /// queued writes can never be committed on a retried sync, so the store refuses writes all
     /// the same, and the background committer reports it.

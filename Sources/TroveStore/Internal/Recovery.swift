@@ -298,6 +298,12 @@ struct Recovery {
         //    record starts where the index says (a damaged row), the whole segment is replayed
         //    (idempotent) rather than taking committed records for a torn tail. Only the
         //    newest segment's torn tail is cut (a truncation needs no space), nothing else.
+        //    Under `batched` and `full` a tail is written again, unchanged, and synced (step 5)
+        //    before the plan indexes it: past the last successful sync its bytes may be in the
+        //    page cache only, after a writeback that failed in this boot (Architecture.md, "A
+        //    failed sync"), and a sync alone would not write them.
+        let synchronize = configuration.durability != .none
+        var rewritten: Set<UInt32> = []
         var fold = RecordFold()
         tails.sort { $0.id < $1.id }
         let newestID = ([knownMax] + Array(placement.headers.keys) + Array(placement.unreadable.keys)).max() ?? 0
@@ -319,6 +325,10 @@ struct Recovery {
                 if !sealing.contains(tail.id) { sealing.append(tail.id) }
             }
             if end != tail.from { plan.indexedBytes[tail.id] = end }
+            if synchronize && end > tail.from {
+                try tail.file.rewriteUnchanged(tail.from..<end)
+                rewritten.insert(tail.id)
+            }
         }
 
         // 4. Resolve every key the tails touch, against the index's rows (trusted here: they
@@ -349,10 +359,12 @@ struct Recovery {
         let active = candidates.last.flatMap {
             $0.id == newestID && $0.file.format.version == PackFormat.currentVersion ? $0 : nil
         }
-        let synchronize = configuration.durability != .none
-        for tail in tails where tail.id != active?.id {
-            if synchronize && !sealing.contains(tail.id) { try tail.file.synchronize() }
-            sealing.append(tail.id)
+        for tail in tails {
+            let sealed = tail.id != active?.id
+            if synchronize && (rewritten.contains(tail.id) || (sealed && !sealing.contains(tail.id))) {
+                try tail.file.synchronize()
+            }
+            if sealed { sealing.append(tail.id) }
         }
         plan.sealing = Array(Set(sealing + plan.sealing).intersection(named.union(plan.newSegments.map(\.id)))).sorted()
         plan.damage = damageRows.filter { !recorded.contains("\($0.kind) \($0.segment) \($0.start)") }
