@@ -73,7 +73,8 @@ extension Store {
                 for id in snapshot.created {
                     try index.insertSegment(id: id, indexedBytes: UInt64(PackFormat.segmentHeaderSize))
                 }
-                let applier = IndexApplier(index: index)
+                var applier = IndexApplier(index: index)
+                applier.mayHoldEntry = { [keyFilter] digest in keyFilter.withLock { $0.holds(digest) } }
                 try applier.apply(snapshot.writes)
                 for sealed in snapshot.rotated {
                     try index.setIndexedBytes(sealed.end, segment: sealed.file.id)

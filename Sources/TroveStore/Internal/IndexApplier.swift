@@ -9,6 +9,11 @@ struct IndexApplier {
     let index: IndexDatabase
     /// Read times to give rebuilt entries (from the index being replaced), by key digest.
     var accessTimes: [ContentHash: Int64] = [:]
+    /// Whether the index may hold an entry row with this digest. The commit path passes the
+    /// store's key filter, which has no false negatives for this connection's rows (committed or
+    /// written in the open transaction): a put of a new key then skips the lookup of its current
+    /// row, which would find nothing. Everything else asks the index.
+    var mayHoldEntry: (ContentHash) -> Bool = { _ in true }
 
     /// What applying a record did.
     enum Outcome { case applied, alreadyReflected, skipped }
@@ -40,7 +45,7 @@ struct IndexApplier {
         else { return false }
         let key = link.key
         let digest = key.digest
-        let existing = try index.entryRow(digest: digest)
+        let existing = try currentRow(digest)
         if let existing, existing.key != key || existing.sequence >= link.sequence { return false }
         let row = row(
             for: link, digest: digest,
@@ -65,7 +70,7 @@ struct IndexApplier {
         case .link(let link):
             let key = link.key
             let digest = key.digest
-            let existing = try index.entryRow(digest: digest)
+            let existing = try currentRow(digest)
             if let existing {
                 // Another key with this digest keeps its entry; a newer write already won.
                 if existing.key != key { return .skipped }
@@ -85,12 +90,17 @@ struct IndexApplier {
             return .applied
         case .tombstone(let tombstone):
             let key = tombstone.key
-            guard let existing = try index.entryRow(digest: key.digest), existing.key == key,
+            guard let existing = try currentRow(key.digest), existing.key == key,
                 existing.sequence < tombstone.sequence
             else { return .alreadyReflected }
             try index.removeEntry(digest: key.digest)
             return .applied
         }
+    }
+
+    /// The entry row of `digest`, or nil — without a lookup when ``mayHoldEntry`` rules it out.
+    private func currentRow(_ digest: ContentHash) throws -> EntryRow? {
+        mayHoldEntry(digest) ? try index.entryRow(digest: digest) : nil
     }
 
     /// What applying a resolution did.
