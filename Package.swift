@@ -122,7 +122,7 @@ let package = Package(
         .testTarget(
             name: "TrovePipelineTests",
             dependencies: [
-                "Trove", "TroveHTTP", "TroveOrigin", "TroveCodec", "TroveTestSupport", "TroveStoreTestSupport",
+                "Trove", "TroveHTTP", "TroveOrigin", "TroveCodec", "TrovePack", "TroveTestSupport", "TroveStoreTestSupport",
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
             ]),
         .testTarget(name: "TroveBenchTests", dependencies: ["TroveBench", "TroveTestSupport"]),

@@ -33,6 +33,9 @@ extension ImagePipeline {
         public var cancellations = 0
         /// Requests that failed.
         public var failures = 0
+        /// Originals and variants served without being stored because the store failed to
+        /// write them (a full or failing disk, a failed sync); their `info` is nil.
+        public var unstoredResponses = 0
 
         /// All zero.
         public init() {}
@@ -57,6 +60,7 @@ extension ImagePipeline {
 /// | `_variants_made_total` | variants made |
 /// | `_cancellations_total` | requests whose caller cancelled |
 /// | `_failures_total` | requests that failed |
+/// | `_unstored_responses_total` | originals and variants served unstored: the store failed to write them |
 struct PipelineMetrics: Sendable {
     let memoryHits: Counter
     let diskHits: Counter
@@ -71,6 +75,7 @@ struct PipelineMetrics: Sendable {
     let variantsMade: Counter
     let cancellations: Counter
     let failures: Counter
+    let unstoredResponses: Counter
 
     init(prefix: String, factory: (any MetricsFactory)?) {
         let factory = factory ?? MetricsSystem.factory
@@ -93,5 +98,6 @@ struct PipelineMetrics: Sendable {
         variantsMade = counter("variants_made")
         cancellations = counter("cancellations")
         failures = counter("failures")
+        unstoredResponses = counter("unstored_responses")
     }
 }

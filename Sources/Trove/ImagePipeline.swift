@@ -425,23 +425,31 @@ public final class ImagePipeline: Sendable {
         let token = memory?.insertionToken(for: key)
         let body = response.body
         let hash: ContentHash
-        if stored == nil, let written = try writeInline(body, for: key, metadata: metadata) {
-            hash = written
-        } else {
-            let computed = ContentHash(hashing: [UInt8](body))
-            let changed = stored.map { $0.info.contentHash != computed || $0.info.cost != body.count } ?? true
-            try await write(url) { store in
-                if changed {
-                    // Variants were made from other bytes (or the original is unknown).
-                    _ = try store.removeAll(url: url)
-                } else {
-                    for variant in try store.entries(url: url) where !variant.key.variant.isEmpty {
-                        try store.updateMetadata(metadata, for: variant.key)
+        do {
+            if stored == nil, let written = try writeInline(body, for: key, metadata: metadata) {
+                hash = written
+            } else {
+                let computed = ContentHash(hashing: [UInt8](body))
+                let changed = stored.map { $0.info.contentHash != computed || $0.info.cost != body.count } ?? true
+                try await write(url) { store in
+                    if changed {
+                        // Variants were made from other bytes (or the original is unknown).
+                        _ = try store.removeAll(url: url)
+                    } else {
+                        for variant in try store.entries(url: url) where !variant.key.variant.isEmpty {
+                            try store.updateMetadata(metadata, for: variant.key)
+                        }
                     }
+                    try store.put(body, for: key, metadata: metadata)
                 }
-                try store.put(body, for: key, metadata: metadata)
+                hash = computed
             }
-            hash = computed
+        } catch let error as PipelineError where error.code == .store {
+            // The store could not keep it (a full or failing disk, a failed sync): the body is
+            // whole and checked, so the caller gets it, unstored — and so does every variant
+            // made from it (an original without `info` makes unstored variants).
+            storeWriteFailed()
+            return ImageResponse(data: body, info: nil, source: .network, status: response.status)
         }
         let now = configuration.clock()
         let info = EntryInfo(
@@ -478,12 +486,18 @@ public final class ImagePipeline: Sendable {
         }
         let metadata = originalInfo.metadata
         let token = memory?.insertionToken(for: key)
-        try await write(url) { store in
-            try store.put(data, for: key, metadata: metadata)
-            // The original changed while the variant was made: the variant is of old bytes.
-            if try store.info(for: CacheKey(url: url))?.contentHash != originalInfo.contentHash {
-                try store.remove(key)
+        do {
+            try await write(url) { store in
+                try store.put(data, for: key, metadata: metadata)
+                // The original changed while the variant was made: the variant is of old bytes.
+                if try store.info(for: CacheKey(url: url))?.contentHash != originalInfo.contentHash {
+                    try store.remove(key)
+                }
             }
+        } catch let error as PipelineError where error.code == .store {
+            // As for an original the store could not keep: served, unstored.
+            storeWriteFailed()
+            return ImageResponse(data: data, info: nil, source: original.source, status: original.status, madeVariant: true)
         }
         let now = configuration.clock()
         let info = EntryInfo(
@@ -578,6 +592,12 @@ public final class ImagePipeline: Sendable {
 
     func count(_ change: (inout Statistics) -> Void) {
         counters.withLock(change)
+    }
+
+    /// A response the store could not keep, served unstored.
+    private func storeWriteFailed() {
+        count { $0.unstoredResponses += 1 }
+        metrics.unstoredResponses.increment()
     }
 
     private func record(_ response: ImageResponse) {

@@ -5,6 +5,7 @@ import TroveCodec
 import TroveCore
 import TroveHTTP
 import TroveOrigin
+import TrovePack
 import TroveStoreTestSupport
 import TroveTestSupport
 
@@ -127,6 +128,47 @@ import TroveTestSupport
             let stats = try f.store.statistics()
             #expect(stats.entries == 1)
             #expect(stats.blobs == 1)
+        }
+    }
+
+    /// A store that cannot write — here a sync failed, after which it refuses every write until
+    /// reopened — does not fail requests: fetched originals and made variants are served
+    /// unstored (`info` nil), counted, and a stored original's variants are served too.
+    @Test func aStoreThatCannotWriteServesResponsesUnstored() async throws {
+        let armed = Locked(false)
+        let faults = FaultInjector { operation, path in
+            operation == .sync && path.hasSuffix(".pack") && armed.withLock({ $0 }) ? .error(EIO) : nil
+        }
+        try await PipelineFixture.with(configureStore: {
+            $0.durability = .full
+            $0.faultInjector = faults
+        }) { f in
+            let (a, b, c) = (try jpeg(seed: 1), try jpeg(seed: 2), try jpeg(seed: 3))
+            for (path, bytes) in [("/a.jpg", a), ("/b.jpg", b), ("/c.jpg", c)] {
+                f.origin.set(path, f.resource(bytes, cacheControl: "max-age=600"))
+            }
+            let stored = try await f.pipeline.image(for: f.url("/a.jpg"))
+            #expect(stored.info != nil)
+            armed.withLock { $0 = true }
+            let fetched = try await f.pipeline.image(for: f.url("/b.jpg"))
+            #expect(fetched.data == Data(b))
+            #expect(fetched.info == nil)
+            #expect(fetched.source == .network)
+            // A variant of an original that could not be stored: made, served, unstored.
+            let fresh = try await f.pipeline.image(for: f.url("/c.jpg"), variant: thumb)
+            #expect(fresh.data == (try thumbnail(of: c)))
+            #expect(fresh.info == nil)
+            #expect(fresh.madeVariant)
+            // A variant of the stored original: its write is refused, it is served.
+            let variant = try await f.pipeline.image(for: f.url("/a.jpg"), variant: thumb)
+            #expect(variant.data == (try thumbnail(of: a)))
+            #expect(variant.info == nil)
+            let stats = f.pipeline.statistics
+            #expect(stats.unstoredResponses == 3, "\(stats)")
+            #expect(stats.failures == 0)
+            #expect(f.store.backgroundError == nil || f.store.backgroundError?.code == .syncFailed)
+            // The refused put is still queued: closing reports the failed sync (and closes).
+            #expect((#expect(throws: StoreError.self) { try f.store.close() })?.code == .syncFailed)
         }
     }
 
