@@ -34,18 +34,6 @@ extension Store {
     func commitCycle(_ state: CommitState, flushReadTimes: Bool) throws(StoreError) -> (segment: UInt32, end: UInt64) {
         let snapshot = appender.withLock { $0.snapshot() }
         let bound = (segment: snapshot.active.id, end: snapshot.end)
-        // The pack's sync runs beside the apply, and the transaction commits only after it. (An
-        // empty snapshot syncs nothing; a segment that failed a sync fails the cycle here.)
-        let sync: BackgroundSyncer.Job?
-        do {
-            sync = try packSync(for: snapshot, committedEnd: state.committedEnd)
-        } catch {
-            // No cycle commits until the store is reopened: reads still fill the location map
-            // and the read times, which are held to their bounds here (read times are advisory).
-            shared.withLock { $0.readTimes.removeAll() }
-            holdLocationMapToLimit()
-            throw error
-        }
         let now = ContinuousClock.now
         var readTimes: [CacheKey: Int64] = [:]
         if flushReadTimes || now - state.lastReadTimeFlush >= configuration.accessTimeFlushInterval {
@@ -59,10 +47,26 @@ extension Store {
             !snapshot.isEmpty || !readTimes.isEmpty || snapshot.sequence != state.committedSequence
                 || state.deferredReplay != nil
         else {
-            // Nothing to commit, but reads fill the map too: it is held to its limit here as well.
+            // Nothing to commit (and so nothing to sync), but reads fill the map too: it is held
+            // to its limit here as well.
             holdLocationMapToLimit()
             loadKeyFilterIfWanted(state.index)
             return bound
+        }
+        // The pack's sync runs beside the apply, and the transaction commits only after it. (A
+        // segment that failed a sync, or tails opening could not make durable, fail the cycle
+        // here, before anything is applied.)
+        let sync: BackgroundSyncer.Job?
+        do throws(StoreError) {
+            if let refusal = snapshot.refusal { throw StoreError(pack: refusal) }
+            sync = try packSync(for: snapshot, syncedEnd: state.syncedEnd)
+        } catch {
+            // No cycle commits until the store is reopened: reads still fill the location map
+            // and the read times, which are held to their bounds here (read times are advisory:
+            // this cycle's are dropped).
+            shared.withLock { $0.readTimes.removeAll() }
+            holdLocationMapToLimit()
+            throw error
         }
         var superseded: [LinkRecord] = []
         let index = state.index
@@ -93,7 +97,7 @@ extension Store {
             throw StoreError(index: error)
         }
         state.committedSequence = snapshot.sequence
-        state.committedEnd = (snapshot.active.id, snapshot.end)
+        state.syncedEnd = (snapshot.active.id, snapshot.end)
         scheduleCheckpoint(index)
         loadKeyFilterIfWanted(index)
         if state.deferredReplay != nil {
@@ -116,30 +120,31 @@ extension Store {
     }
 
     /// Starts the fdatasyncs that make `snapshot`'s pack bytes durable (none under
-    /// ``Durability/none``): its rotated segments, the active one when the cycle commits a new
-    /// length for it (`committedEnd` is the last one committed), and the packs directory when
-    /// segments were created. The caller waits for the job before it commits.
+    /// ``Durability/none``): its rotated segments, the active one when the cycle commits a
+    /// length for it past `syncedEnd` (what is known to be on disk), and the packs directory
+    /// when segments were created. The caller waits for the job before it commits.
     ///
     /// - Throws: ``StoreError/Code/syncFailed`` at once, without applying anything, when one of
     ///   those segments already failed a sync: none of its unsynced writes can be committed
     ///   until the store is reopened (``SegmentFile/synchronize()``).
     private func packSync(
-        for snapshot: CommitSnapshot, committedEnd: (segment: UInt32, end: UInt64)?
+        for snapshot: CommitSnapshot, syncedEnd: (segment: UInt32, end: UInt64)?
     ) throws(StoreError) -> BackgroundSyncer.Job? {
         guard configuration.durability != .none else { return nil }
         // The cycle commits the active segment's length whatever it carries (read times, say):
         // bytes inside that length are never replayed, so they must be on disk first — queued
         // writes' and the compactor's copies alike.
-        let moved = committedEnd.map { $0.segment != snapshot.active.id || $0.end != snapshot.end } ?? true
+        let moved = syncedEnd.map { $0.segment != snapshot.active.id || $0.end != snapshot.end } ?? true
         let files =
             snapshot.rotated.map(\.file)
             + (snapshot.writes.isEmpty && snapshot.created.isEmpty && !moved ? [] : [snapshot.active])
         if let failure = files.lazy.compactMap(\.syncFailure).first { throw StoreError(pack: failure) }
         let directory = snapshot.created.isEmpty ? nil : packsDirectory
         guard !files.isEmpty || directory != nil else { return nil }
+        let faults = configuration.faultInjector
         return syncer.submit {
             for file in files { try file.synchronize() }
-            if let directory { try PackDirectory.synchronize(directory) }
+            if let directory { try PackDirectory.synchronize(directory, faults: faults) }
         }
     }
 

@@ -131,6 +131,7 @@ public final class Store: Sendable {
             AppendState(
                 pack: opened.pack, nextSequence: opened.nextSequence, format: opened.pack.segment.format,
                 faults: configuration.faultInjector))
+        appender.withLock { $0.unsyncedTails = opened.unsyncedTails }
         // Checkpoints are the checkpointer's from here on, not a side effect of a commit.
         opened.index.takeOverCheckpoints()
         // Every entry row the committer writes from here on reaches the key filter.
@@ -138,6 +139,8 @@ public final class Store: Sendable {
         self.checkpointer = BackgroundCheckpointer(path: directory + "/index.sqlite")
         let commitState = CommitState(index: opened.index, committedSequence: opened.nextSequence)
         commitState.deferredReplay = opened.deferred
+        // Opening synced what the active segment holds (or it is the committed part).
+        commitState.syncedEnd = (opened.pack.segment.id, opened.pack.end)
         self.committer = Locked(commitState)
         shared.withLock { state in
             if let deferred = opened.deferred { state.map.pin(deferred.slots()) }

@@ -37,12 +37,13 @@ public struct StoreError: Error, Sendable, CustomStringConvertible {
         public static let invalidArgument = Code(name: "invalidArgument")
         /// The directory holds no store, and the configuration says not to create one.
         public static let notAStore = Code(name: "notAStore")
-        /// The disk failed to make written pack bytes durable (an `fdatasync` failed). A retried
-        /// sync could report success for bytes the disk lost, so the store refuses every write
-        /// (and every commit of writes already queued) until it is closed and opened again;
-        /// reads go on. Opening replays what the packs hold, verified by checksum — in the same
-        /// boot, possibly from the page cache (Docs/Architecture.md, "Durability"). Nothing
-        /// acknowledged as durable before the failure is affected.
+        /// The disk failed to make written pack bytes durable (an `fdatasync` failed, or an
+        /// opening could not write the writes it replays again and sync them). A retried sync
+        /// could report success for bytes the disk lost, so the store refuses every write (and
+        /// every commit of writes already queued) until it is closed and opened again; reads go
+        /// on. Opening writes what it replays again and syncs it before indexing it
+        /// (Docs/Architecture.md, "Durability"). Nothing acknowledged as durable before the
+        /// failure is affected.
         public static let syncFailed = Code(name: "syncFailed")
         public var description: String { name }
     }

@@ -151,19 +151,25 @@ import TroveTestSupport
     /// Every segment system call an opening makes, in order.
     final class SegmentCalls: Sendable {
         let calls = Locked<[(FaultInjector.Operation, String)]>([])
-        let failSyncs: Bool
-        init(failingSyncs: Bool = false) { failSyncs = failingSyncs }
+        let failing: (FaultInjector.Operation, Int32)?
+        let onSync: (@Sendable (String) -> Void)?
+        init(failing: (FaultInjector.Operation, Int32)? = nil, onSync: (@Sendable (String) -> Void)? = nil) {
+            self.failing = failing
+            self.onSync = onSync
+        }
         var injector: FaultInjector {
             FaultInjector { [self] operation, path in
                 guard path.hasSuffix(".pack") else { return nil }
                 calls.withLock { $0.append((operation, path)) }
-                return failSyncs && operation == .sync ? .error(EIO) : nil
+                if operation == .sync { onSync?(path) }
+                return failing.flatMap { $0.0 == operation ? .error($0.1) : nil }
             }
         }
         func kinds(of path: String) -> [FaultInjector.Operation] {
             calls.withLock { $0.filter { $0.1 == path }.map(\.0) }
         }
-        var writes: Int { calls.withLock { $0.filter { $0.0 == .write }.count } }
+        func count(_ operation: FaultInjector.Operation) -> Int { calls.withLock { $0.filter { $0.0 == operation }.count } }
+        var writes: Int { count(.write) }
     }
 
     /// The same boot: the bytes of the writes queued at the failure may be in the page cache
@@ -174,18 +180,25 @@ import TroveTestSupport
         try await withTemporaryDirectory { dir in
             try storeClosedAfterAFailedSync(dir)
             let active = StoreFiles(root: dir).segment(1)
-            let calls = SegmentCalls()
+            let indexPath = dir + "/store/index.sqlite"
+            // When the active segment is synced, the replay must not be committed yet.
+            let indexedAtSync = Locked<[Bool]>([])
+            let calls = SegmentCalls(onSync: { path in
+                guard path == active, let index = try? IndexDatabase(path: indexPath, readOnly: true) else { return }
+                let row = (try? index.entry(digest: key(3).digest)) ?? nil
+                indexedAtSync.withLock { $0.append(row != nil) }
+            })
             let reopened = try openStore(dir, durability: .batched) { $0.faultInjector = calls.injector }
             let kinds = calls.kinds(of: active)
-            let firstWrite = kinds.firstIndex(of: .write)
             let lastWrite = kinds.lastIndex(of: .write)
-            #expect(firstWrite != nil, "\(kinds)")
-            // A sync follows the rewrite: before it, the tail may not be on disk.
+            #expect(lastWrite != nil, "\(kinds)")
+            // A sync follows the rewrite, and comes before the replay is committed.
             #expect(lastWrite.map { kinds[$0...].contains(.sync) } == true, "\(kinds)")
+            #expect(indexedAtSync.withLock { $0.first } == false, "\(indexedAtSync.withLock { $0 })")
             #expect(reopened.recoveryReport.replayedRecords > 0)
             for i in 0..<4 { #expect(try reopened.data(for: key(i)) == value(i)) }
             // The replay is committed: the index has the queued writes now.
-            let committed = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: true)
+            let committed = try IndexDatabase(path: indexPath, readOnly: true)
             #expect(try committed.entry(digest: key(3).digest) != nil)
             #expect(try reopened.fsck().isClean)
             try reopened.close()
@@ -198,26 +211,67 @@ import TroveTestSupport
         }
     }
 
-    /// When the sync of the rewritten tail fails too, the open fails with `syncFailed` and
-    /// commits nothing; an open on a sound disk then replays the writes.
-    @Test func aReopenWhoseSyncFailsCommitsNothing() async throws {
+    /// When the tail cannot be written again (no space: a copy-on-write file system needs room
+    /// to overwrite) or its sync fails too, the store still opens: the replayed writes are
+    /// served from memory and never committed in this opening, writes are refused, and an open
+    /// on a sound disk replays them.
+    @Test(arguments: [(FaultInjector.Operation.sync, EIO), (.write, ENOSPC)])
+    func aReopenThatCannotMakeTheTailDurableServesItAndCommitsNothing(
+        operation: FaultInjector.Operation, errno: Int32
+    ) async throws {
         try await withTemporaryDirectory { dir in
             try storeClosedAfterAFailedSync(dir)
-            let failing = SegmentCalls(failingSyncs: true)
-            let refused = #expect(throws: StoreError.self) {
-                try openStore(dir, durability: .batched) { $0.faultInjector = failing.injector }
-            }
+            let failing = SegmentCalls(failing: (operation, errno))
+            let store = try openStore(dir, durability: .batched) { $0.faultInjector = failing.injector }
+            #expect(failing.count(operation) > 0)
+            for i in 0..<4 { #expect(try store.data(for: key(i)) == value(i)) }
+            let refused = #expect(throws: StoreError.self) { try store.put(value(7), for: key(7)) }
             #expect(refused?.code == .syncFailed, "\(String(describing: refused))")
-            #expect(failing.writes > 0)
+            #expect((#expect(throws: StoreError.self) { try store.flush() })?.code == .syncFailed)
+            var listed = 0
+            try store.forEachEntry { _ in listed += 1 }
+            #expect(listed == 4)
             let committed = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: true)
             #expect(try committed.entry(digest: key(1).digest) == nil)
             #expect(try committed.entry(digest: key(0).digest) != nil)
+            try store.close()
 
             let reopened = try openStore(dir, durability: .batched)
             #expect(reopened.recoveryReport.replayedRecords > 0)
             for i in 0..<4 { #expect(try reopened.data(for: key(i)) == value(i)) }
+            #expect(try reopened.data(for: key(7)) == nil)
             #expect(try reopened.fsck().isClean)
             try reopened.close()
+        }
+    }
+
+    /// A store with nothing to commit syncs nothing: after opening (even one that replayed),
+    /// after a flush, after a compaction.
+    @Test func anIdleStoreSyncsNothing() async throws {
+        try await withTemporaryDirectory { dir in
+            try storeClosedAfterAFailedSync(dir)
+            let calls = SegmentCalls()
+            let store = try openStore(dir, durability: .batched, segmentSize: 64 << 10) {
+                $0.faultInjector = calls.injector
+                $0.batchInterval = .milliseconds(2)
+                $0.compactionInterval = nil
+                $0.rewriteLiveRatio = 0.9
+            }
+            func idleSyncs() async throws -> Int {
+                let before = calls.count(.sync)
+                try await offPool { usleep(300_000) }
+                return calls.count(.sync) - before
+            }
+            #expect(try await idleSyncs() == 0, "after opening")
+            for i in 10..<20 { try store.put(Data(testBytes(seed: UInt64(i), count: 20_000)), for: key(i)) }
+            try store.flush()
+            #expect(try await idleSyncs() == 0, "after a flush")
+            for i in 10..<15 { #expect(try store.remove(key(i))) }
+            try store.compact()
+            // At most the one cycle that commits the copies' length.
+            #expect(try await idleSyncs() <= 1, "after a compaction")
+            #expect(try await idleSyncs() == 0, "after a compaction, later")
+            try store.close()
         }
     }
 

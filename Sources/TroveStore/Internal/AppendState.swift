@@ -80,8 +80,14 @@ final class AppendState: @unchecked Sendable {
     /// active segment, or of a rotated one whose writes are still queued — the commit of those
     /// writes needs a sync that can no longer be trusted (``SegmentFile/synchronize()``).
     var syncFailure: PackError? {
-        pack.segment.syncFailure ?? rotated.lazy.compactMap { $0.file.syncFailure }.first
+        unsyncedTails ?? pack.segment.syncFailure ?? rotated.lazy.compactMap { $0.file.syncFailure }.first
     }
+
+    /// Set at open when the tails the replay found could not be written again and synced
+    /// (``Store/Opened/unsyncedTails``): their writes are served from memory and never
+    /// committed in this opening, so the store refuses writes and commit cycles as after a
+    /// failed sync.
+    var unsyncedTails: PackError?
 
     /// Queues a record appended at `offset` of the active segment.
     func enqueue(offset: UInt64, length: UInt64, _ content: ScannedRecord.Content) {
@@ -100,6 +106,8 @@ struct CommitSnapshot {
     var end: UInt64
     /// Every write with a lower sequence number is in this snapshot or already committed.
     var sequence: UInt64
+    /// Why no cycle may commit in this opening (``AppendState/unsyncedTails``), if any.
+    var refusal: PackError?
 
     var isEmpty: Bool { writes.isEmpty && rotated.isEmpty && created.isEmpty }
 }
@@ -107,7 +115,8 @@ struct CommitSnapshot {
 extension AppendState {
     func snapshot() -> CommitSnapshot {
         CommitSnapshot(
-            writes: queue, rotated: rotated, created: created, active: pack.segment, end: pack.end, sequence: nextSequence)
+            writes: queue, rotated: rotated, created: created, active: pack.segment, end: pack.end, sequence: nextSequence,
+            refusal: unsyncedTails)
     }
 
     /// Forgets what `snapshot` committed.

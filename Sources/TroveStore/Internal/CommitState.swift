@@ -9,10 +9,11 @@ final class CommitState: @unchecked Sendable {
     let index: IndexDatabase
     /// Every write with a lower sequence number is committed.
     var committedSequence: UInt64
-    /// The active segment's length as the index last committed it (nil until a cycle commits).
-    /// A cycle that moves it syncs the segment first, even with no write queued: the
-    /// compactor's copies are appended without being queued.
-    var committedEnd: (segment: UInt32, end: UInt64)?
+    /// How much of the active segment is known to be on disk: set at open (recovery synced the
+    /// tails it replays) and by every cycle that commits. A cycle that commits a longer length
+    /// syncs the segment first, even with no write queued: the compactor's copies are appended
+    /// without being queued.
+    var syncedEnd: (segment: UInt32, end: UInt64)?
     /// When read times were last written to the index.
     var lastReadTimeFlush = ContinuousClock.now
     /// Set by close().

@@ -24,6 +24,10 @@ extension Store {
         var deferred: Recovery.ReplayPlan?
         /// Every key the replay or rebuild changed (or, deferred, will change).
         var changes: [KeyChange]
+        /// Why the tails could not be written again and synced (nil normally): the replay is
+        /// then deferred, served from memory, and the store refuses writes and commits until it
+        /// is opened again.
+        var unsyncedTails: PackError?
     }
 
     static func recover(
@@ -37,7 +41,8 @@ extension Store {
             let pack = try recovery.run(rebuilding: evidence, progress: progress)
             return Opened(
                 index: index, pack: pack, nextSequence: recovery.nextSequence, report: recovery.report,
-                supersede: recovery.supersede, deferred: recovery.deferred, changes: recovery.changes)
+                supersede: recovery.supersede, deferred: recovery.deferred, changes: recovery.changes,
+                unsyncedTails: recovery.unsyncedTails)
         } catch let error as StoreError {
             throw error
         } catch {
@@ -60,6 +65,8 @@ struct Recovery {
     /// What opening could not write for lack of space: applied by the first commit cycle that
     /// finds it.
     var deferred: ReplayPlan?
+    /// The failure that kept a tail from being written again and synced (planReplay, step 3).
+    var unsyncedTails: PackError?
     private var damageRows: [DamageRow] = []
     private var faults: FaultInjector? { configuration.faultInjector }
 
@@ -124,6 +131,10 @@ struct Recovery {
         var (plan, writer) = try planReplay(rows, committed: sequences, placement: placement, format: format)
         plan.secret = stored != secret ? secret : nil
         do {
+            if let unsyncedTails {
+                // Never committed in this opening: the tails may not be on disk.
+                throw unsyncedTails
+            }
             if !plan.isEmpty {
                 let applied = try index.writing { try plan.apply(to: index) }
                 report.replayedRecords += applied.replayed
@@ -131,10 +142,11 @@ struct Recovery {
                 supersede += applied.supersede
                 changes += applied.changes
             }
-        } catch let error as IndexError where error.isOutOfSpace {
-            // Nothing could be written. The store opens on what the index has; what the tails
-            // hold is served from memory and goes into the index with the first commit that
-            // finds space (Store+Committing).
+        } catch let error where (error as? IndexError)?.isOutOfSpace == true || error is PackError {
+            // Nothing could be written (or, a PackError, the tails could not be made durable).
+            // The store opens on what the index has; what the tails hold is served from memory
+            // and goes into the index with the first commit that finds space — or, when the
+            // tails are not durable, with none: the store refuses commits until opened again.
             deferred = plan
             changes += plan.slots().map { key, slot in
                 switch slot {
@@ -298,10 +310,12 @@ struct Recovery {
         //    record starts where the index says (a damaged row), the whole segment is replayed
         //    (idempotent) rather than taking committed records for a torn tail. Only the
         //    newest segment's torn tail is cut (a truncation needs no space), nothing else.
-        //    Under `batched` and `full` a tail is written again, unchanged, and synced (step 5)
-        //    before the plan indexes it: past the last successful sync its bytes may be in the
-        //    page cache only, after a writeback that failed in this boot (Architecture.md, "A
-        //    failed sync"), and a sync alone would not write them.
+        //    Under `batched` and `full` a tail is first written again, unchanged, and synced:
+        //    past the last successful sync its bytes may be in the page cache only, after a
+        //    writeback that failed in this boot (Architecture.md, "A failed sync"), where a sync
+        //    alone would not write them. Before the fold, so that what the fold verifies is what
+        //    is on disk (a clean page can be dropped and read back from the disk at any time).
+        //    When that fails, no tail is written again and the plan is only deferred (run()).
         let synchronize = configuration.durability != .none
         var rewritten: Set<UInt32> = []
         var fold = RecordFold()
@@ -310,6 +324,23 @@ struct Recovery {
         for var tail in tails {
             if tail.from > tail.file.headerSize, try !SegmentScanner.startsRecord(tail.file, at: tail.from) {
                 tail.from = tail.file.headerSize
+            }
+            if synchronize && unsyncedTails == nil {
+                do {
+                    let size = try tail.file.size()
+                    if size > tail.from {
+                        try tail.file.rewriteUnchanged(tail.from..<size)
+                        try tail.file.synchronize()
+                        rewritten.insert(tail.id)
+                    }
+                } catch {
+                    unsyncedTails = PackError(
+                        code: .syncFailed,
+                        message: "opening could not write the writes found past the index in "
+                            + "packs/\(PackFormat.fileName(forSegment: tail.id)) again and sync them "
+                            + "(\((error as? PackError)?.message ?? "\(error)")); they are served from memory and not "
+                            + "indexed", path: tail.file.path, errno: (error as? PackError)?.errno)
+                }
             }
             let cutting = tail.id == newestID
             let scan = try fold.fold(tail.file, from: tail.from, excludingTornTail: cutting)
@@ -325,10 +356,6 @@ struct Recovery {
                 if !sealing.contains(tail.id) { sealing.append(tail.id) }
             }
             if end != tail.from { plan.indexedBytes[tail.id] = end }
-            if synchronize && end > tail.from {
-                try tail.file.rewriteUnchanged(tail.from..<end)
-                rewritten.insert(tail.id)
-            }
         }
 
         // 4. Resolve every key the tails touch, against the index's rows (trusted here: they
@@ -359,13 +386,14 @@ struct Recovery {
         let active = candidates.last.flatMap {
             $0.id == newestID && $0.file.format.version == PackFormat.currentVersion ? $0 : nil
         }
-        for tail in tails {
-            let sealed = tail.id != active?.id
-            if synchronize && (rewritten.contains(tail.id) || (sealed && !sealing.contains(tail.id))) {
-                try tail.file.synchronize()
-            }
-            if sealed { sealing.append(tail.id) }
+        let syncing = synchronize && unsyncedTails == nil
+        for tail in tails where tail.id != active?.id {
+            if syncing && !rewritten.contains(tail.id) && !sealing.contains(tail.id) { try tail.file.synchronize() }
+            sealing.append(tail.id)
         }
+        // Segment files registered by the plan: their directory entries are durable before
+        // their rows are (a commit cycle syncs the directory for the segments rotation makes).
+        if syncing && !plan.newSegments.isEmpty { try PackDirectory.synchronize(packs, faults: faults) }
         plan.sealing = Array(Set(sealing + plan.sealing).intersection(named.union(plan.newSegments.map(\.id)))).sorted()
         plan.damage = damageRows.filter { !recorded.contains("\($0.kind) \($0.segment) \($0.start)") }
         damageRows = []
