@@ -103,13 +103,7 @@ import TroveTestSupport
     /// the next opening.
     @Test func batchedWritesQueuedAtAFailedSyncAreReplayedAtReopenNotRetried() async throws {
         try await withTemporaryDirectory { dir in
-            let fault = OneFailedSync(errno: EIO)
-            let store = try openBatched(dir, fault, interval: .seconds(3600))
-            try store.put(value(0), for: key(0))
-            try store.flush()
-            fault.arm()
-            for i in 1..<4 { try store.put(value(i), for: key(i)) }
-            #expect((#expect(throws: StoreError.self) { try store.flush() })?.code == .syncFailed)
+            let (store, fault) = try storeAfterAFailedSync(dir)
             #expect((#expect(throws: StoreError.self) { try store.flush() })?.code == .syncFailed)
             #expect((#expect(throws: StoreError.self) { try store.put(value(5), for: key(5)) })?.code == .syncFailed)
             #expect(fault.asksAfterFailure == 0)
@@ -135,9 +129,9 @@ import TroveTestSupport
         }
     }
 
-    /// Leaves `dir` as a `batched` store whose last sync failed with keys 1–3 queued (key 0
-    /// committed before), closed.
-    func storeClosedAfterAFailedSync(_ dir: String) throws {
+    /// A `batched` store in `dir` whose last sync failed (at a flush) with keys 1–3 queued, key 0
+    /// committed before; and its fault.
+    func storeAfterAFailedSync(_ dir: String) throws -> (Store, OneFailedSync) {
         let fault = OneFailedSync(errno: EIO)
         let store = try openBatched(dir, fault, interval: .seconds(3600))
         try store.put(value(0), for: key(0))
@@ -145,6 +139,12 @@ import TroveTestSupport
         fault.arm()
         for i in 1..<4 { try store.put(value(i), for: key(i)) }
         #expect((#expect(throws: StoreError.self) { try store.flush() })?.code == .syncFailed)
+        return (store, fault)
+    }
+
+    /// Leaves `dir` as ``storeAfterAFailedSync(_:)`` does, closed.
+    func storeClosedAfterAFailedSync(_ dir: String) throws {
+        let (store, _) = try storeAfterAFailedSync(dir)
         #expect(throws: StoreError.self) { try store.close() }
     }
 
