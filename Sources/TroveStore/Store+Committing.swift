@@ -43,9 +43,10 @@ extension Store {
             }
             state.lastReadTimeFlush = now
         }
+        let moved = state.committedEnd != (snapshot.active.id, snapshot.end)
         guard
             !snapshot.isEmpty || !readTimes.isEmpty || snapshot.sequence != state.committedSequence
-                || state.deferredReplay != nil
+                || state.deferredReplay != nil || moved
         else {
             // Nothing to commit (and so nothing to sync), but reads fill the map too: it is held
             // to its limit here as well.
@@ -59,7 +60,7 @@ extension Store {
         let sync: BackgroundSyncer.Job?
         do throws(StoreError) {
             if let refusal = snapshot.refusal { throw StoreError(pack: refusal) }
-            sync = try packSync(for: snapshot, syncedEnd: state.syncedEnd)
+            sync = try packSync(for: snapshot, moved: moved)
         } catch {
             // No cycle commits until the store is reopened: reads still fill the location map
             // and the read times, which are held to their bounds here (read times are advisory:
@@ -97,7 +98,7 @@ extension Store {
             throw StoreError(index: error)
         }
         state.committedSequence = snapshot.sequence
-        state.syncedEnd = (snapshot.active.id, snapshot.end)
+        state.committedEnd = (snapshot.active.id, snapshot.end)
         scheduleCheckpoint(index)
         loadKeyFilterIfWanted(index)
         if state.deferredReplay != nil {
@@ -121,20 +122,19 @@ extension Store {
 
     /// Starts the fdatasyncs that make `snapshot`'s pack bytes durable (none under
     /// ``Durability/none``): its rotated segments, the active one when the cycle commits a
-    /// length for it past `syncedEnd` (what is known to be on disk), and the packs directory
+    /// length for it other than ``CommitState/committedEnd`` (`moved`), and the packs directory
     /// when segments were created. The caller waits for the job before it commits.
     ///
     /// - Throws: ``StoreError/Code/syncFailed`` at once, without applying anything, when one of
     ///   those segments already failed a sync: none of its unsynced writes can be committed
     ///   until the store is reopened (``SegmentFile/synchronize()``).
     private func packSync(
-        for snapshot: CommitSnapshot, syncedEnd: (segment: UInt32, end: UInt64)?
+        for snapshot: CommitSnapshot, moved: Bool
     ) throws(StoreError) -> BackgroundSyncer.Job? {
         guard configuration.durability != .none else { return nil }
         // The cycle commits the active segment's length whatever it carries (read times, say):
         // bytes inside that length are never replayed, so they must be on disk first — queued
         // writes' and the compactor's copies alike.
-        let moved = syncedEnd.map { $0.segment != snapshot.active.id || $0.end != snapshot.end } ?? true
         let files =
             snapshot.rotated.map(\.file)
             + (snapshot.writes.isEmpty && snapshot.created.isEmpty && !moved ? [] : [snapshot.active])

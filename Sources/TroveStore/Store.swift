@@ -132,15 +132,18 @@ public final class Store: Sendable {
                 pack: opened.pack, nextSequence: opened.nextSequence, format: opened.pack.segment.format,
                 faults: configuration.faultInjector))
         appender.withLock { $0.unsyncedTails = opened.unsyncedTails }
+        // Seen at once, not only after the first refused cycle.
+        if let unsynced = opened.unsyncedTails { shared.withLock { $0.backgroundError = StoreError(pack: unsynced) } }
         // Checkpoints are the checkpointer's from here on, not a side effect of a commit.
         opened.index.takeOverCheckpoints()
         // Every entry row the committer writes from here on reaches the key filter.
         opened.index.entryLinked = { [keyFilter] digest in keyFilter.withLock { $0.insert(digest) } }
         self.checkpointer = BackgroundCheckpointer(path: directory + "/index.sqlite")
-        let commitState = CommitState(index: opened.index, committedSequence: opened.nextSequence)
-        commitState.deferredReplay = opened.deferred
         // Opening synced what the active segment holds (or it is the committed part).
-        commitState.syncedEnd = (opened.pack.segment.id, opened.pack.end)
+        let commitState = CommitState(
+            index: opened.index, committedSequence: opened.nextSequence,
+            committedEnd: (opened.pack.segment.id, opened.pack.end))
+        commitState.deferredReplay = opened.deferred
         self.committer = Locked(commitState)
         shared.withLock { state in
             if let deferred = opened.deferred { state.map.pin(deferred.slots()) }

@@ -151,18 +151,20 @@ import TroveTestSupport
     /// Every segment system call an opening makes, in order.
     final class SegmentCalls: Sendable {
         let calls = Locked<[(FaultInjector.Operation, String)]>([])
-        let failing: (FaultInjector.Operation, Int32)?
+        let failing: Locked<(FaultInjector.Operation, Int32)?>
         let onSync: (@Sendable (String) -> Void)?
         init(failing: (FaultInjector.Operation, Int32)? = nil, onSync: (@Sendable (String) -> Void)? = nil) {
-            self.failing = failing
+            self.failing = Locked(failing)
             self.onSync = onSync
         }
+        /// The disk is sound again.
+        func clear() { failing.withLock { $0 = nil } }
         var injector: FaultInjector {
             FaultInjector { [self] operation, path in
                 guard path.hasSuffix(".pack") else { return nil }
                 calls.withLock { $0.append((operation, path)) }
                 if operation == .sync { onSync?(path) }
-                return failing.flatMap { $0.0 == operation ? .error($0.1) : nil }
+                return failing.withLock { $0 }.flatMap { $0.0 == operation ? .error($0.1) : nil }
             }
         }
         func kinds(of path: String) -> [FaultInjector.Operation] {
@@ -192,8 +194,11 @@ import TroveTestSupport
             let kinds = calls.kinds(of: active)
             let lastWrite = kinds.lastIndex(of: .write)
             #expect(lastWrite != nil, "\(kinds)")
-            // A sync follows the rewrite, and comes before the replay is committed.
-            #expect(lastWrite.map { kinds[$0...].contains(.sync) } == true, "\(kinds)")
+            // A sync follows the rewrite, and comes before the replay is committed; the fold's
+            // reads come after it (what is verified is what the disk holds).
+            let sync = lastWrite.flatMap { kinds[$0...].firstIndex(of: .sync) }
+            #expect(sync != nil, "\(kinds)")
+            #expect(sync.map { kinds[$0...].contains(.read) } == true, "\(kinds)")
             #expect(indexedAtSync.withLock { $0.first } == false, "\(indexedAtSync.withLock { $0 })")
             #expect(reopened.recoveryReport.replayedRecords > 0)
             for i in 0..<4 { #expect(try reopened.data(for: key(i)) == value(i)) }
@@ -224,10 +229,15 @@ import TroveTestSupport
             let failing = SegmentCalls(failing: (operation, errno))
             let store = try openStore(dir, durability: .batched) { $0.faultInjector = failing.injector }
             #expect(failing.count(operation) > 0)
+            // Seen at once, and kept after the disk is sound again: only an opening proves it.
+            #expect(store.backgroundError?.code == .syncFailed)
+            failing.clear()
             for i in 0..<4 { #expect(try store.data(for: key(i)) == value(i)) }
             let refused = #expect(throws: StoreError.self) { try store.put(value(7), for: key(7)) }
             #expect(refused?.code == .syncFailed, "\(String(describing: refused))")
             #expect((#expect(throws: StoreError.self) { try store.flush() })?.code == .syncFailed)
+            #expect((#expect(throws: StoreError.self) { try store.compact() })?.code == .syncFailed)
+            #expect((#expect(throws: StoreError.self) { try store.fsck(repair: true) })?.code == .syncFailed)
             var listed = 0
             try store.forEachEntry { _ in listed += 1 }
             #expect(listed == 4)
@@ -272,6 +282,12 @@ import TroveTestSupport
             #expect(try await idleSyncs() <= 1, "after a compaction")
             #expect(try await idleSyncs() == 0, "after a compaction, later")
             try store.close()
+            // Closed clean: the next open finds no tail to write again or replay.
+            let reopening = SegmentCalls()
+            let again = try openStore(dir, durability: .batched) { $0.faultInjector = reopening.injector }
+            #expect(reopening.writes == 0)
+            #expect(again.recoveryReport.replayedRecords == 0)
+            try again.close()
         }
     }
 

@@ -9,11 +9,12 @@ final class CommitState: @unchecked Sendable {
     let index: IndexDatabase
     /// Every write with a lower sequence number is committed.
     var committedSequence: UInt64
-    /// How much of the active segment is known to be on disk: set at open (recovery synced the
-    /// tails it replays) and by every cycle that commits. A cycle that commits a longer length
-    /// syncs the segment first, even with no write queued: the compactor's copies are appended
-    /// without being queued.
-    var syncedEnd: (segment: UInt32, end: UInt64)?
+    /// The active segment's length as the index holds it, known to be on disk: set at open
+    /// (recovery synced the tails it replays) and by every cycle that commits. A longer length
+    /// is something to commit, and the cycle that commits it syncs the segment first, even with
+    /// no write queued: the compactor's copies are appended without being queued, and a clean
+    /// close must leave no tail for the next open to replay.
+    var committedEnd: (segment: UInt32, end: UInt64)
     /// When read times were last written to the index.
     var lastReadTimeFlush = ContinuousClock.now
     /// Set by close().
@@ -22,8 +23,9 @@ final class CommitState: @unchecked Sendable {
     /// in its own transaction.
     var deferredReplay: Recovery.ReplayPlan?
 
-    init(index: IndexDatabase, committedSequence: UInt64) {
+    init(index: IndexDatabase, committedSequence: UInt64, committedEnd: (segment: UInt32, end: UInt64)) {
         self.index = index
         self.committedSequence = committedSequence
+        self.committedEnd = committedEnd
     }
 }

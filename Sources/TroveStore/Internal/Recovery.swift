@@ -131,23 +131,25 @@ struct Recovery {
         var (plan, writer) = try planReplay(rows, committed: sequences, placement: placement, format: format)
         plan.secret = stored != secret ? secret : nil
         do {
-            if let unsyncedTails {
+            if unsyncedTails != nil {
                 // Never committed in this opening: the tails may not be on disk.
-                throw unsyncedTails
-            }
-            if !plan.isEmpty {
+                deferred = plan
+            } else if !plan.isEmpty {
                 let applied = try index.writing { try plan.apply(to: index) }
                 report.replayedRecords += applied.replayed
                 report.droppedEntries += applied.dropped
                 supersede += applied.supersede
                 changes += applied.changes
             }
-        } catch let error where (error as? IndexError)?.isOutOfSpace == true || error is PackError {
-            // Nothing could be written (or, a PackError, the tails could not be made durable).
-            // The store opens on what the index has; what the tails hold is served from memory
-            // and goes into the index with the first commit that finds space — or, when the
-            // tails are not durable, with none: the store refuses commits until opened again.
+        } catch let error as IndexError where error.isOutOfSpace {
+            // Nothing could be written. The store opens on what the index has; what the tails
+            // hold is served from memory and goes into the index with the first commit that
+            // finds space (Store+Committing).
             deferred = plan
+        }
+        if let deferred {
+            // Served from memory meanwhile (when the tails are not durable, until the store is
+            // opened again: it refuses every commit).
             changes += plan.slots().map { key, slot in
                 switch slot {
                 case .present: KeyChange(key: key, kind: .stored)
@@ -326,20 +328,18 @@ struct Recovery {
                 tail.from = tail.file.headerSize
             }
             if synchronize && unsyncedTails == nil {
+                // A segment the index does not know yet is written from its first byte: its
+                // header may be in the page cache only too (rotation does not sync it).
+                let from = plan.newSegments.contains { $0.id == tail.id } ? 0 : tail.from
                 do {
                     let size = try tail.file.size()
-                    if size > tail.from {
-                        try tail.file.rewriteUnchanged(tail.from..<size)
+                    if size > from {
+                        try tail.file.rewriteUnchanged(from..<size)
                         try tail.file.synchronize()
                         rewritten.insert(tail.id)
                     }
                 } catch {
-                    unsyncedTails = PackError(
-                        code: .syncFailed,
-                        message: "opening could not write the writes found past the index in "
-                            + "packs/\(PackFormat.fileName(forSegment: tail.id)) again and sync them "
-                            + "(\((error as? PackError)?.message ?? "\(error)")); they are served from memory and not "
-                            + "indexed", path: tail.file.path, errno: (error as? PackError)?.errno)
+                    noteUnsynced(error, segment: tail.id, path: tail.file.path)
                 }
             }
             let cutting = tail.id == newestID
@@ -386,14 +386,17 @@ struct Recovery {
         let active = candidates.last.flatMap {
             $0.id == newestID && $0.file.format.version == PackFormat.currentVersion ? $0 : nil
         }
-        let syncing = synchronize && unsyncedTails == nil
         for tail in tails where tail.id != active?.id {
-            if syncing && !rewritten.contains(tail.id) && !sealing.contains(tail.id) { try tail.file.synchronize() }
+            if synchronize && unsyncedTails == nil && !rewritten.contains(tail.id) && !sealing.contains(tail.id) {
+                do { try tail.file.synchronize() } catch { noteUnsynced(error, segment: tail.id, path: tail.file.path) }
+            }
             sealing.append(tail.id)
         }
         // Segment files registered by the plan: their directory entries are durable before
         // their rows are (a commit cycle syncs the directory for the segments rotation makes).
-        if syncing && !plan.newSegments.isEmpty { try PackDirectory.synchronize(packs, faults: faults) }
+        if synchronize && unsyncedTails == nil && !plan.newSegments.isEmpty {
+            do { try PackDirectory.synchronize(packs, faults: faults) } catch { noteUnsynced(error, segment: 0, path: packs) }
+        }
         plan.sealing = Array(Set(sealing + plan.sealing).intersection(named.union(plan.newSegments.map(\.id)))).sorted()
         plan.damage = damageRows.filter { !recorded.contains("\($0.kind) \($0.segment) \($0.start)") }
         damageRows = []
@@ -481,6 +484,17 @@ struct Recovery {
     }
 
     // MARK: Helpers
+
+    /// Keeps the first failure to make a tail durable at open (step 3 and 5 of planReplay).
+    private mutating func noteUnsynced(_ error: any Error, segment: UInt32, path: String) {
+        guard unsyncedTails == nil else { return }
+        let what = segment == 0 ? "the packs directory" : "packs/\(PackFormat.fileName(forSegment: segment))"
+        unsyncedTails = PackError(
+            code: .syncFailed,
+            message: "opening could not make the writes found past the index durable (writing \(what) again and "
+                + "syncing it: \((error as? PackError)?.message ?? "\(error)")); they are served from memory and not "
+                + "indexed", path: path, errno: (error as? PackError)?.errno)
+    }
 
     private var segmentLimit: UInt64 { UInt64(max(configuration.segmentSize, 4096)) }
 
