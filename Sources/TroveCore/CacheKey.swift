@@ -17,7 +17,7 @@ public struct CacheKey: Hashable, Sendable, Comparable, CustomStringConvertible 
         self.variant = variant
     }
 
-    /// The key's 128-bit digest, which the index uses as its primary key.
+    /// The key's 128-bit digest, by which the index finds the entry (unique among entries).
     ///
     /// It is XXH3-128 over the UTF-8 of the URL, one 0x00 byte, and the UTF-8 of the variant.
     /// Different keys can collide on purpose; the index stores the key itself and compares it.

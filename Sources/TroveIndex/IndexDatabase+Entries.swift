@@ -91,6 +91,14 @@ extension IndexDatabase {
             try addLiveBytes(-Int64(current.linkLength), segment: current.linkSegment)
             try releaseBlob(current.blobID)
             try statement(.replaceEntry).run(Self.values(of: row))
+            // The caller read `current` in this transaction; an update that found no row would
+            // leave the key unlinked after its old blob was released.
+            guard connection.changes == 1 else {
+                throw IndexError(
+                    code: .corrupt,
+                    message: "the index lost the entry of \(row.url) (variant '\(row.variant)') while replacing it; "
+                        + "run `trove fsck --repair`")
+            }
         } else {
             try statement(.insertEntry).run(Self.values(of: row))
         }

@@ -4,7 +4,7 @@ public import TroveCore
 ///
 /// Times are milliseconds since 1970.
 public struct EntryRow: Hashable, Sendable {
-    /// ``CacheKey/digest`` of the key: the primary key.
+    /// ``CacheKey/digest`` of the key, unique among entries (the index `entries_by_key`).
     public var keyDigest: ContentHash
     /// The key's URL.
     public var url: String

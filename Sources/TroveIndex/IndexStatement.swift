@@ -26,7 +26,7 @@ enum IndexStatement: Int {
                 + "WHERE e.key_hash = ?"
         case .entryRowByDigest: "SELECT \(IndexDatabase.entryColumns) FROM entries e WHERE e.key_hash = ?"
         case .entriesByURL:
-            // The original by its digest (the primary key), the variants through the partial
+            // The original by its digest (the unique digest index), the variants through the partial
             // URL index (schema 5: originals are not in it). Result column 3 is the variant.
             """
             SELECT \(IndexDatabase.entryColumns), \(IndexDatabase.blobColumns) FROM entries e JOIN blobs b ON b.id = e.blob
@@ -42,19 +42,27 @@ enum IndexStatement: Int {
                 + (self == .insertBlob ? "0" : "1") + ") ON CONFLICT(id) DO NOTHING"
         case .retainBlob: "UPDATE blobs SET refs = refs + 1 WHERE id = ? RETURNING refs, segment, record_bytes"
         case .releaseBlob: "UPDATE blobs SET refs = refs - 1 WHERE id = ? RETURNING refs, segment, record_bytes"
-        case .insertEntry, .replaceEntry:
+        case .insertEntry:
             """
-            INSERT \(self == .replaceEntry ? "OR REPLACE " : "")INTO entries(key_hash, url, variant, url_hash, blob,
-                link_segment, link_offset, link_length, sequence, etag, last_modified, expires_at, created_at,
-                accessed_at, cost, cache_policy)
+            INSERT INTO entries(key_hash, url, variant, url_hash, blob, link_segment, link_offset, link_length,
+                sequence, etag, last_modified, expires_at, created_at, accessed_at, cost, cache_policy)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """
+        case .replaceEntry:
+            // In place (schema 6): the row keeps its place in the table and its digest's index
+            // cell; `INSERT OR REPLACE` would delete it and append a new row.
+            """
+            UPDATE entries SET url = ?2, variant = ?3, url_hash = ?4, blob = ?5, link_segment = ?6,
+                link_offset = ?7, link_length = ?8, sequence = ?9, etag = ?10, last_modified = ?11,
+                expires_at = ?12, created_at = ?13, accessed_at = ?14, cost = ?15, cache_policy = ?16
+            WHERE key_hash = ?1
             """
         case .deleteEntry: "DELETE FROM entries WHERE key_hash = ? RETURNING \(IndexDatabase.entryReturningColumns)"
         case .touch: "UPDATE entries SET accessed_at = max(accessed_at, ?) WHERE key_hash = ?"
         case .addLiveBytes: "UPDATE segments SET live_bytes = live_bytes + ? WHERE id = ?"
         case .setIndexedBytes: "UPDATE segments SET indexed_bytes = ? WHERE id = ?"
         case .blobHints: "SELECT id, hash FROM blobs"
-        // Any index of entries holds the digest (the primary key): SQLite scans the smallest.
+        // SQLite reads the digests from their index (schema 6), the smallest that covers them.
         case .entryDigests: "SELECT key_hash FROM entries"
         }
     }

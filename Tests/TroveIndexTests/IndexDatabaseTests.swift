@@ -72,13 +72,13 @@ import TroveTestSupport
                     id: 7, hash: ContentHash(high: 2, low: 2), length: 1, segment: 1, offset: 99, recordBytes: 41)
                     == false)
             #expect(try index.blob(id: 7)?.offset == 32)
-            // A second row for one digest, claimed to be new, violates the primary key.
+            // A second row for one digest, claimed to be new, violates the unique digest index.
             try index.link(entry("a", blob: 7), replacing: nil)
             let error = #expect(throws: IndexError.self) {
                 try index.link(entry("a", blob: 7, sequence: 2, linkOffset: 300), replacing: nil)
             }
             #expect(error?.resultCode == 19)  // SQLITE_CONSTRAINT
-            #expect(error?.extendedResultCode == 1555)  // SQLITE_CONSTRAINT_PRIMARYKEY
+            #expect(error?.extendedResultCode == 2067)  // SQLITE_CONSTRAINT_UNIQUE (the digest index, schema 6)
             #expect(error?.sql?.contains("INSERT INTO entries") == true)
         }
     }

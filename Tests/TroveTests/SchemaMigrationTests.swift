@@ -11,59 +11,97 @@ import TroveTestSupport
     import Glibc
 #endif
 
-/// Index schema 5 (issue 11) is reached in place: a store written by the last build with schema
-/// 4 (`Fixtures/v4-store`, see its README) opens, is migrated and serves what it held; a kill at
-/// any moment of the migration leaves a store that opens and finishes it; and a build that
-/// reads an older schema refuses this one with the error it always gave.
+/// Index schemas 5 and 6 (issue 11) are reached in place: stores written by the last builds with
+/// schema 4 and schema 5 (`Fixtures/v4-store`, `Fixtures/v5-store`, see their README) open, are
+/// migrated and serve what they held; a kill at any moment of the migration leaves a store that
+/// opens and finishes it; and a build that reads an older schema refuses this one with the error
+/// it always gave.
 @Suite(.serialized) struct SchemaMigrationTests {
-    static let fixture = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-        .appendingPathComponent("Fixtures/v4-store").path
+    /// The fixture store written with schema `version`.
+    static func fixture(_ version: Int) -> String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/v\(version)-store").path
+    }
 
-    func value(_ name: String, _ count: Int) -> Data { Data(String(repeating: "v4 fixture \(name);", count: count).utf8) }
+    func value(_ version: Int, _ name: String, _ count: Int) -> Data {
+        Data(String(repeating: "v\(version) fixture \(name);", count: count).utf8)
+    }
 
-    /// What the fixture's commands left: key → bytes.
-    var expected: [CacheKey: Data] {
+    /// What the fixture's commands left (the same for each fixture): key → bytes.
+    func expected(_ v: Int) -> [CacheKey: Data] {
         [
-            CacheKey(url: "https://v4.example/a.jpg"): value("a2", 25),
-            CacheKey(url: "https://v4.example/b.jpg"): value("b", 30),
-            CacheKey(url: "https://v4.example/c.jpg"): value("a1", 20),
-            CacheKey(url: "https://v4.example/a.jpg", variant: "w64-h64-fit-webp-q80"): value("w", 10),
-            CacheKey(url: "https://v4.example/d.jpg"): value("d", 12),
-            CacheKey(url: "https://v4.example/small.txt"): Data("hello v4\n".utf8),
+            CacheKey(url: "https://v\(v).example/a.jpg"): value(v, "a2", 25),
+            CacheKey(url: "https://v\(v).example/b.jpg"): value(v, "b", 30),
+            CacheKey(url: "https://v\(v).example/c.jpg"): value(v, "a1", 20),
+            CacheKey(url: "https://v\(v).example/a.jpg", variant: "w64-h64-fit-webp-q80"): value(v, "w", 10),
+            CacheKey(url: "https://v\(v).example/d.jpg"): value(v, "d", 12),
+            CacheKey(url: "https://v\(v).example/small.txt"): Data("hello v\(v)\n".utf8),
         ]
     }
 
-    /// The schema version and the index names of the index at `path`, read without migrating.
-    static func schema(_ path: String) throws -> (version: Int, indexes: Set<String>) {
+    /// The schema version, the index names and the entries table's SQL of the index at `path`,
+    /// read without migrating.
+    static func schema(_ path: String) throws -> (version: Int, indexes: Set<String>, tables: [String: String]) {
         let index = try IndexDatabase(path: path, readOnly: true)
         var names = Set<String>()
-        try index.connection.statement("SELECT name FROM sqlite_master WHERE type = 'index'").query { (r) throws(IndexError) in
-            names.insert(r.text(0))
+        var tables: [String: String] = [:]
+        try index.connection.statement("SELECT type, name, sql FROM sqlite_master").query { (r) throws(IndexError) in
+            if r.text(0) == "index" { names.insert(r.text(1)) }
+            if r.text(0) == "table" { tables[r.text(1)] = r.text(2) }
             return true
         }
-        return (try index.schemaVersion(), names)
+        return (try index.schemaVersion(), names, tables)
     }
 
-    /// Makes the schema-5 index at `path` a schema-4 one again (version 5 changed indexes only).
-    static func downgradeToSchema4(_ path: String) throws {
+    /// Makes the schema-6 index at `path` a schema-5 one again: the entries back in a
+    /// `WITHOUT ROWID` table keyed by digest, with schema 5's indexes.
+    static func downgradeToSchema5(_ path: String) throws {
         let index = try IndexDatabase(path: path, readOnly: false)
+        let columns = """
+            key_hash, url, variant, url_hash, blob, link_segment, link_offset, link_length, sequence, etag,
+                last_modified, expires_at, created_at, accessed_at, cost, cache_policy
+            """
         try index.connection.execute(
             """
             BEGIN;
-            CREATE INDEX blobs_by_hash ON blobs(hash);
-            DROP INDEX entries_by_url;
-            CREATE INDEX entries_by_url ON entries(url_hash);
-            PRAGMA user_version = 4;
+            CREATE TABLE entries_v5(
+                key_hash BLOB PRIMARY KEY, url TEXT NOT NULL, variant TEXT NOT NULL, url_hash INTEGER NOT NULL,
+                blob INTEGER NOT NULL, link_segment INTEGER NOT NULL, link_offset INTEGER NOT NULL,
+                link_length INTEGER NOT NULL, sequence INTEGER NOT NULL, etag TEXT, last_modified TEXT,
+                expires_at INTEGER, created_at INTEGER NOT NULL, accessed_at INTEGER NOT NULL, cost INTEGER NOT NULL,
+                cache_policy TEXT
+            ) WITHOUT ROWID;
+            INSERT INTO entries_v5(\(columns)) SELECT \(columns) FROM entries;
+            DROP TABLE entries;
+            ALTER TABLE entries_v5 RENAME TO entries;
+            CREATE INDEX entries_by_url ON entries(url_hash) WHERE variant != '';
+            CREATE INDEX entries_by_access ON entries(accessed_at);
+            CREATE INDEX entries_by_expiry ON entries(expires_at) WHERE expires_at IS NOT NULL;
+            CREATE INDEX entries_by_blob ON entries(blob);
+            PRAGMA user_version = 5;
             COMMIT;
             """)
     }
 
-    @Test func aSchema4StoreIsMigratedInPlaceAndKeepsDeduplicating() async throws {
+    /// Whether the schema read by ``schema(_:)`` has schema 6's entries: a rowid table with the
+    /// digest in its unique index, and no copy left behind.
+    static func hasSchema6Entries(_ schema: (version: Int, indexes: Set<String>, tables: [String: String])) -> Bool {
+        guard let entries = schema.tables["entries"] else { return false }
+        return entries.contains("id INTEGER PRIMARY KEY") && !entries.contains("WITHOUT ROWID")
+            && schema.indexes.contains("entries_by_key") && schema.tables["entries_v6"] == nil
+    }
+
+    /// The fixture of `version` opens with this build, is migrated in place (schema 5 drops the
+    /// blob-hash index; schema 6 moves the entries into a rowid table in write order), serves
+    /// what it held and keeps deduplicating.
+    @Test(arguments: [4, 5])
+    func anOlderStoreIsMigratedInPlaceAndKeepsDeduplicating(version v: Int) async throws {
         try await withTemporaryDirectory { dir in
-            try FileManager.default.copyItem(atPath: Self.fixture, toPath: dir + "/store")
+            try FileManager.default.copyItem(atPath: Self.fixture(v), toPath: dir + "/store")
             let before = try Self.schema(dir + "/store/index.sqlite")
-            #expect(before.version == 4)
-            #expect(before.indexes.contains("blobs_by_hash"))
+            #expect(before.version == v)
+            #expect(before.indexes.contains("blobs_by_hash") == (v == 4))
+            #expect(before.tables["entries"]?.contains("WITHOUT ROWID") == true)
+            let sequences = try Self.sequences(dir + "/store/index.sqlite")
 
             let store = try openStore(dir)
             let after = try Self.schema(dir + "/store/index.sqlite")
@@ -71,36 +109,63 @@ import TroveTestSupport
             #expect(!after.indexes.contains("blobs_by_hash"))
             #expect(
                 after.indexes.isSuperset(of: ["entries_by_url", "entries_by_access", "entries_by_expiry", "entries_by_blob"]))
+            #expect(Self.hasSchema6Entries(after), "\(after.tables)")
+            // Every row came over, in write order.
+            #expect(try Self.sequences(dir + "/store/index.sqlite") == sequences.sorted())
+            let expected = expected(v)
             for (key, bytes) in expected {
                 #expect(try store.data(for: key) == bytes, "\(key)")
             }
-            #expect(try store.data(for: CacheKey(url: "https://v4.example/e.jpg")) == nil)
+            #expect(try store.data(for: CacheKey(url: "https://v\(v).example/e.jpg")) == nil)
             // A URL's keys: the original by its digest, the variant through the partial index.
             #expect(
-                try store.keys(url: "https://v4.example/a.jpg").map(\.variant).sorted() == ["", "w64-h64-fit-webp-q80"])
-            #expect(try store.keys(url: "https://v4.example/b.jpg").map(\.variant) == [""])
-            #expect(try store.info(for: CacheKey(url: "https://v4.example/a.jpg"))?.etag == "\"a2\"")
+                try store.keys(url: "https://v\(v).example/a.jpg").map(\.variant).sorted() == ["", "w64-h64-fit-webp-q80"])
+            #expect(try store.keys(url: "https://v\(v).example/b.jpg").map(\.variant) == [""])
+            #expect(try store.info(for: CacheKey(url: "https://v\(v).example/a.jpg"))?.etag == "\"a2\"")
             #expect(try store.fsck().isClean)
 
             // Content stored before the migration is still found for dedup (through the hints
             // loaded from the migrated index): equal bytes under a new key add no blob.
             let statsBefore = try store.statistics()
-            try store.put(value("b", 30), for: CacheKey(url: "https://v4.example/b-again.jpg"))
+            try store.put(value(v, "b", 30), for: CacheKey(url: "https://v\(v).example/b-again.jpg"))
+            // A migrated row is replaced in place, and a removed one is gone.
+            try store.put(value(v, "a3", 7), for: CacheKey(url: "https://v\(v).example/a.jpg"))
+            try store.remove(CacheKey(url: "https://v\(v).example/d.jpg"))
             try store.flush()
             let statsAfter = try store.statistics()
-            #expect(statsAfter.blobs == statsBefore.blobs)
-            #expect(statsAfter.dedupSavedBytes == statsBefore.dedupSavedBytes + Int64(value("b", 30).count))
+            // b-again shares b's blob; a3 is new; a2 and d lose their only entries.
+            #expect(statsAfter.blobs == statsBefore.blobs - 1)
+            #expect(statsAfter.dedupSavedBytes == statsBefore.dedupSavedBytes + Int64(value(v, "b", 30).count))
+            #expect(statsAfter.entries == statsBefore.entries)
             try store.close()
 
+            var now = expected
+            now[CacheKey(url: "https://v\(v).example/a.jpg")] = value(v, "a3", 7)
+            now[CacheKey(url: "https://v\(v).example/b-again.jpg")] = value(v, "b", 30)
+            now[CacheKey(url: "https://v\(v).example/d.jpg")] = nil
             let reopened = try openStore(dir)
-            for (key, bytes) in expected { #expect(try reopened.data(for: key) == bytes, "reopened: \(key)") }
+            for (key, bytes) in now { #expect(try reopened.data(for: key) == bytes, "reopened: \(key)") }
+            #expect(try reopened.data(for: CacheKey(url: "https://v\(v).example/d.jpg")) == nil)
             #expect(try reopened.fsck().isClean)
         }
     }
 
-    /// A child opens (and so migrates) a schema-4 store and is killed with SIGKILL at random
-    /// moments of its start; after every kill the store is still schema 4 or already schema 5
-    /// — never between — and the last open finishes the migration and serves every entry.
+    /// The `sequence` column of every entry row of the index at `path`, in table order.
+    static func sequences(_ path: String) throws -> [Int64] {
+        let index = try IndexDatabase(path: path, readOnly: true)
+        var out: [Int64] = []
+        let order = try schema(path).tables["entries"]?.contains("WITHOUT ROWID") == true ? "" : " ORDER BY id"
+        try index.connection.statement("SELECT sequence FROM entries\(order)").query { (r) throws(IndexError) in
+            out.append(r.int64(0))
+            return true
+        }
+        return out
+    }
+
+    /// A child opens (and so migrates) a schema-5 store and is killed with SIGKILL at random
+    /// moments of its start; after every kill the store is still schema 5 or already schema 6
+    /// — never between: no half-copied table — and the last open finishes the migration and
+    /// serves every entry.
     @Test func aKillDuringMigrationLeavesAStoreThatOpensAndFinishesIt() async throws {
         try await withTemporaryDirectory { dir in
             let path = dir + "/store"
@@ -113,7 +178,7 @@ import TroveTestSupport
             var rng = SeededGenerator(seed: 0x5C4E_4D41)
             var outcomes: [Int: Int] = [:]
             // How long a child takes to open (and migrate) here: the kills are spread over that.
-            try Self.downgradeToSchema4(path + "/index.sqlite")
+            try Self.downgradeToSchema5(path + "/index.sqlite")
             let started = ContinuousClock.now
             let first = try CrashTests.launch(store: path, seed: 99, durability: .batched, segmentSize: 1 << 20)
             #expect(CrashTests.waitForReady(first) != nil)
@@ -123,22 +188,27 @@ import TroveTestSupport
                 UInt64(opening.components.seconds) * 1_000_000 + UInt64(opening.components.attoseconds / 1_000_000_000_000),
                 20_000)
             for round in 0..<12 {
-                try Self.downgradeToSchema4(path + "/index.sqlite")
+                try Self.downgradeToSchema5(path + "/index.sqlite")
                 let child = try CrashTests.launch(store: path, seed: UInt64(round), durability: .batched, segmentSize: 1 << 20)
                 // Spread the kills over the child's start: before, inside and after the migration.
                 usleep(UInt32(rng.next() % (window + window / 5)))
                 CrashTests.kill(child)
-                let version = try Self.schema(path + "/index.sqlite").version
-                #expect(version == 4 || version == IndexSchema.currentVersion, "round \(round): version \(version)")
-                outcomes[version, default: 0] += 1
+                let schema = try Self.schema(path + "/index.sqlite")
+                #expect(schema.version == 5 || schema.version == IndexSchema.currentVersion, "round \(round): \(schema.version)")
+                #expect(
+                    Self.hasSchema6Entries(schema) == (schema.version == IndexSchema.currentVersion),
+                    "round \(round): version \(schema.version), tables \(schema.tables)")
+                // Every row is there (the child's own puts may have added more once it opened).
+                #expect(try Self.sequences(path + "/index.sqlite").count >= count, "round \(round)")
+                outcomes[schema.version, default: 0] += 1
             }
             print(
-                "SchemaMigrationTests: after the kills, the index was at version 4 \(outcomes[4] ?? 0) times, at 5 \(outcomes[5] ?? 0) times"
+                "SchemaMigrationTests: after the kills, the index was at version 5 \(outcomes[5] ?? 0) times, at 6 \(outcomes[6] ?? 0) times"
             )
             let store = try openStore(dir)
             let schema = try Self.schema(path + "/index.sqlite")
             #expect(schema.version == IndexSchema.currentVersion)
-            #expect(!schema.indexes.contains("blobs_by_hash"))
+            #expect(Self.hasSchema6Entries(schema))
             for i in 0..<count {
                 guard try store.data(for: key(i)) == Data(testBytes(seed: UInt64(i), count: 48)) else {
                     Issue.record("key \(i) does not read back after the migration")
@@ -150,10 +220,10 @@ import TroveTestSupport
     }
 
     /// A build that reads schemas up to N refuses an index of N + 1 with `.schemaTooNew`, so
-    /// builds before schema 5 refuse a migrated store the same way.
+    /// builds before schema 6 refuse a migrated store the same way.
     @Test func aNewerSchemaIsRefusedWithTheClearError() async throws {
         try await withTemporaryDirectory { dir in
-            try FileManager.default.copyItem(atPath: Self.fixture, toPath: dir + "/store")
+            try FileManager.default.copyItem(atPath: Self.fixture(5), toPath: dir + "/store")
             try openStore(dir).close()
             let index = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: false)
             try index.connection.execute("PRAGMA user_version = \(IndexSchema.currentVersion + 1)")
