@@ -55,7 +55,7 @@ extension IndexDatabase {
     /// Calls `body` for every entry, in key order, until it returns false.
     public func forEachEntry(_ body: (IndexedEntry) -> Bool) throws(IndexError) {
         try connection.statement(
-            "SELECT \(Self.entryColumns), \(Self.blobColumns) FROM entries e JOIN blobs b ON b.id = e.blob "
+            "SELECT \(Self.entryColumns), \(Self.blobColumns) FROM entries e NOT INDEXED JOIN blobs b ON b.id = e.blob "
                 + "ORDER BY e.url, e.variant"
         ).query { (r) throws(IndexError) in body(IndexedEntry(entry: Self.entryRow(r), blob: Self.blobRow(r, from: 15))) }
     }
@@ -93,11 +93,13 @@ extension IndexDatabase {
             try statement(.replaceEntry).run(Self.values(of: row))
             // The caller read `current` in this transaction; an update that found no row would
             // leave the key unlinked after its old blob was released.
-            guard connection.changes == 1 else {
+            let changed = connection.changes
+            guard changed == 1 else {
                 throw IndexError(
                     code: .corrupt,
-                    message: "the index lost the entry of \(row.url) (variant '\(row.variant)') while replacing it; "
-                        + "run `trove fsck --repair`")
+                    message: changed == 0
+                        ? "the entry of \(row.url) (variant '\(row.variant)') was gone when it was replaced"
+                        : "\(changed) entry rows share the key digest of \(row.url) (variant '\(row.variant)')")
             }
         } else {
             try statement(.insertEntry).run(Self.values(of: row))

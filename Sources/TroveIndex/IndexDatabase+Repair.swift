@@ -73,10 +73,11 @@ extension IndexDatabase {
 
     // MARK: Whole tables
 
-    /// Every entry row (without its blob), in key-digest order.
+    /// Every entry row (without its blob), in key-digest order. Read from the table itself, not
+    /// through the digest index: a row whose index cell was lost is evidence too.
     public func entryRows() throws(IndexError) -> [EntryRow] {
         var out: [EntryRow] = []
-        try connection.statement("SELECT \(Self.entryColumns) FROM entries e ORDER BY e.key_hash").query {
+        try connection.statement("SELECT \(Self.entryColumns) FROM entries e NOT INDEXED ORDER BY e.key_hash").query {
             (r) throws(IndexError) in
             out.append(Self.entryRow(r))
             return true

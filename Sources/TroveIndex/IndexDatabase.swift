@@ -38,6 +38,7 @@ public final class IndexDatabase {
             // segment's tail (Docs/Architecture.md, "Durability").
             try connection.execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY;")
             try migrate()
+            try restoreDigestIndex()
         }
     }
 
@@ -59,6 +60,13 @@ public final class IndexDatabase {
     private func migrate() throws(IndexError) {
         try checkVersion()
         var version = try schemaVersion()
+        guard version < IndexSchema.currentVersion else { return }
+        // Debian's SQLite is built with SECURE_DELETE: dropping the old entries table (schema 6)
+        // would write every one of its pages, zeroed, through the log. The freed pages are
+        // reused by later rows; what they held is the store's own index.
+        let secureDelete = try connection.statement("PRAGMA secure_delete").first { $0.int64(0) } ?? 0
+        try connection.execute("PRAGMA secure_delete = 0")
+        defer { try? connection.execute("PRAGMA secure_delete = \(secureDelete)") }
         while version < IndexSchema.currentVersion {
             try connection.execute("BEGIN IMMEDIATE")
             do {
@@ -67,10 +75,56 @@ public final class IndexDatabase {
                 try connection.execute("COMMIT")
             } catch {
                 try? connection.execute("ROLLBACK")
-                throw error
+                // A full disk may pass once space is freed; anything else (a row the new schema
+                // refuses, a damaged page) needs the index rebuilt from the packs.
+                guard !error.isOutOfSpace else { throw error }
+                throw IndexError(
+                    code: .corrupt,
+                    message: "migrating the index from schema \(version) to \(version + 1) failed (\(error.message)); "
+                        + "it is left at schema \(version)",
+                    resultCode: error.resultCode, extendedResultCode: error.extendedResultCode, sql: error.sql)
             }
             version += 1
         }
+    }
+
+    /// The digest index (schema 6) is what keeps one entry row per key: a writer that finds it
+    /// missing or changed (a lost schema row, an edited index file) builds it again before
+    /// anything writes, and refuses the index when two rows share a digest.
+    private func restoreDigestIndex() throws(IndexError) {
+        guard let problem = try digestIndexProblem() else { return }
+        try connection.execute("BEGIN IMMEDIATE")
+        do {
+            try connection.execute(
+                "DROP INDEX IF EXISTS entries_by_key; CREATE UNIQUE INDEX entries_by_key ON entries(key_hash); COMMIT")
+        } catch {
+            try? connection.execute("ROLLBACK")
+            guard !error.isOutOfSpace else { throw error }
+            throw IndexError(
+                code: .corrupt, message: "\(problem), and it cannot be built again (\(error.message))",
+                resultCode: error.resultCode, extendedResultCode: error.extendedResultCode)
+        }
+    }
+
+    /// What is wrong with the digest index `entries_by_key` — missing, or not a unique index
+    /// of every row's `key_hash` — or nil.
+    func digestIndexProblem() throws(IndexError) -> String? {
+        var found: (unique: Bool, partial: Bool)?
+        try connection.statement("PRAGMA index_list(entries)").query { (r) throws(IndexError) in
+            // Columns: seq, name, unique, origin, partial.
+            if r.text(1) == "entries_by_key" { found = (r.int64(2) == 1, r.int64(4) == 1) }
+            return true
+        }
+        guard let found else { return "the index of entries by key digest (entries_by_key) is missing" }
+        var columns: [String] = []
+        try connection.statement("PRAGMA index_info(entries_by_key)").query { (r) throws(IndexError) in
+            columns.append(r.text(2))
+            return true
+        }
+        guard found.unique, !found.partial, columns == ["key_hash"] else {
+            return "the index of entries by key digest (entries_by_key) is not the unique index of every row's digest"
+        }
+        return nil
     }
 
     // MARK: Transactions
@@ -131,12 +185,30 @@ public final class IndexDatabase {
         return lines
     }
 
-    /// The size of the database proper (`page_count × page_size`): what the index occupies once
-    /// its WAL is checkpointed and truncated.
+    /// What SQLite's integrity check cannot see of the one-row-per-key rule (schema 6): the
+    /// digest index missing or changed, or digests with more than one entry row (read from the
+    /// table, not through the index). Empty when both hold. Unlike a failed integrity check,
+    /// neither makes the file's other contents (the committed sequence, the rows) suspect.
+    public func digestFindings() throws(IndexError) -> [String] {
+        var lines: [String] = []
+        if let problem = try digestIndexProblem() { lines.append(problem) }
+        let shared =
+            try connection.statement(
+                "SELECT count(*) FROM (SELECT 1 FROM entries NOT INDEXED GROUP BY key_hash HAVING count(*) > 1)"
+            ).first { $0.int64(0) } ?? 0
+        if shared > 0 { lines.append("\(shared) key digests have more than one entry row") }
+        return lines
+    }
+
+    /// The bytes of the database's pages in use (`(page_count − freelist_count) × page_size`):
+    /// what the index occupies once its WAL is checkpointed and truncated, less its free pages
+    /// (which later rows reuse, and which no eviction can give back — the migration to schema
+    /// 6 leaves the old entries table's pages free).
     public func databaseBytes() throws(IndexError) -> Int64 {
         let pages = try connection.statement("PRAGMA page_count").first { $0.int64(0) } ?? 0
+        let free = try connection.statement("PRAGMA freelist_count").first { $0.int64(0) } ?? 0
         let size = try connection.statement("PRAGMA page_size").first { $0.int64(0) } ?? 4096
-        return pages * size
+        return max(0, pages - free) * size
     }
 
     /// Copies the WAL into the database and truncates it.

@@ -38,7 +38,7 @@ extension Store {
         // newer than the index); a repair must write, and fails there with the commit's error.
         if repair { try commitPending(flushReadTimes: true) } else { _ = try commitForListing() }
         let (report, salvage) = try withoutActuallyEscaping(progress) { progress in
-            try committer.withLock { (slot) throws -> (FsckReport, [UInt32]) in
+            try committer.withLock { (slot) throws -> (FsckReport, [UInt32]?) in
                 guard let state = slot, !state.isClosed else { throw Self.closedError(directory) }
                 // Writes go on while fsck runs: those queued since the commit above are committed
                 // now, and the check stops where this cycle's snapshot ended. Later records are
@@ -50,13 +50,14 @@ extension Store {
                 try check.run()
                 // The tombstones repair appended are committed with the cycle.
                 if repair { try commitCycle(state, flushReadTimes: false) }
-                return (check.report, check.salvage.sorted())
+                return (check.report, check.repaired ? check.salvage.sorted() : nil)
             }
         }
         // Damaged bytes cannot be mended, but the segment can go: its intact live records are
         // copied forward past the damage (the index is repaired, so nothing live is stranded),
-        // and the file is set aside.
-        if repair {
+        // and the file is set aside. Not when repair declined a damaged index: that index is
+        // rebuilt first, and the damage stays reported until then.
+        if let salvage {
             for id in salvage {
                 try sealIfActive(id)
                 _ = try rewrite(segment: id, salvaging: true)
@@ -79,6 +80,8 @@ struct FsckRun {
     /// Segments with damaged bytes (or an unreadable header): repair salvages them once the
     /// index is repaired.
     var salvage: Set<UInt32> = []
+    /// Whether repair ran (asked for, and the index passed its integrity check).
+    var repaired = false
 
     init(
         store: Store, index: IndexDatabase, repair: Bool, bound: (segment: UInt32, end: UInt64)? = nil,
@@ -103,10 +106,14 @@ struct FsckRun {
     mutating func run() throws {
         reportWhatOpeningDid()
         let integrity = try index.integrityCheck()
+        // A sound file's committed sequence is evidence; damage to the digest index alone
+        // (schema 6) leaves that, but repair must not write through the index (below).
         let indexIsSound = integrity == ["ok"]
-        if !indexIsSound {
+        let digestFindings = try index.digestFindings()
+        let findings = (indexIsSound ? [] : integrity) + digestFindings
+        if !findings.isEmpty {
             find(
-                .indexIntegrity, "index.sqlite: \(integrity.prefix(5).joined(separator: "; ")); run `trove fsck --rebuild-index`")
+                .indexIntegrity, "index.sqlite: \(findings.prefix(5).joined(separator: "; ")); run `trove fsck --rebuild-index`")
         }
         let start = report.findings.count
         let (appenderID, appenderEnd, format) = store.appender.withLock { ($0.pack.segment.id, $0.pack.end, $0.format) }
@@ -318,7 +325,10 @@ struct FsckRun {
         {
             find(FsckReport.Finding.Kind(rawValue: damage.kind) ?? .setAsideFile, damage.message)
         }
-        guard repair else { return }
+        // A damaged index is rebuilt, not repaired: what lookups through it miss (a row whose
+        // digest cell was lost) would be written over.
+        guard repair, findings.isEmpty else { return }
+        repaired = true
 
         // 5. Repair: the index becomes what the packs say.
         var changes: [KeyChange] = []

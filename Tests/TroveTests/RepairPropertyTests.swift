@@ -273,6 +273,10 @@ import TroveTestSupport
                 default:
                     if let edit = try editIndex(store + "/index.sqlite", using: &g) {
                         log.append("index: \(edit)")
+                        // A digest cell lost from its index is a lost page write — damage to the
+                        // file, like a flip (with schema 5's table it lost the row itself), which
+                        // lookups cannot see past; fsck's integrity check reports it.
+                        if edit.contains("WHERE key_hash != x'") { index = true }
                     }
                 }
             }
@@ -328,6 +332,16 @@ import TroveTestSupport
                 "UPDATE blobs SET refs = 0 WHERE id = \(row.blobID); "
                     + "UPDATE entries SET blob = \(other.blobID) WHERE key_hash = x'\(hex)'",
                 "UPDATE segments SET live_bytes = 0",
+                // Schema 6: the digest index loses the row's cell (a lost page write), or is gone.
+                """
+                DROP INDEX entries_by_key;
+                CREATE UNIQUE INDEX entries_by_key ON entries(key_hash) WHERE key_hash != x'\(hex)';
+                PRAGMA writable_schema = ON;
+                UPDATE sqlite_schema SET sql = 'CREATE UNIQUE INDEX entries_by_key ON entries(key_hash)'
+                    WHERE name = 'entries_by_key';
+                PRAGMA writable_schema = OFF;
+                """,
+                "DROP INDEX entries_by_key",
             ]
             let edit = edits.randomElement(using: &g)!
             // An index already too damaged (by flips) to take the edit stays as it is.
@@ -395,6 +409,8 @@ import TroveTestSupport
                 let report = try store.fsck(repair: true)
                 if !report.isClean { reported = true }
                 if report.findings.contains(where: { $0.kind == .indexIntegrity }) {
+                    // Repair declined the damaged index: what it serves meanwhile is checked too.
+                    check(store, step: "repair")
                     plan.insert(2, at: 0)
                     return
                 }

@@ -1,0 +1,221 @@
+import Foundation
+import Testing
+import TroveCore
+import TroveStoreTestSupport
+import TroveTestSupport
+
+@testable import TroveIndex
+@testable import TroveStore
+
+/// Damage aimed at what schema 6 added (found by an outside attack on it): the digest index
+/// `entries_by_key`, which alone keeps one entry row per key, and the migration to it.
+@Suite struct Schema6AttackTests {
+    func value(_ name: String) -> Data { Data(String(repeating: "\(name);", count: 40).utf8) }
+
+    /// Removes the digest index's cell of every row `lost` selects, leaving the rows: the damage
+    /// a lost or torn write of an index page leaves (the schema still names the full index).
+    static func loseDigestCells(_ path: String, where lost: String) throws {
+        let index = try IndexDatabase(path: path, readOnly: false)
+        try index.connection.execute(
+            """
+            DROP INDEX entries_by_key;
+            CREATE UNIQUE INDEX entries_by_key ON entries(key_hash) WHERE NOT (\(lost));
+            PRAGMA writable_schema = ON;
+            UPDATE sqlite_schema SET sql = 'CREATE UNIQUE INDEX entries_by_key ON entries(key_hash)'
+                WHERE name = 'entries_by_key';
+            PRAGMA writable_schema = OFF;
+            """)
+    }
+
+    /// The index row of `key` (read from the table).
+    static func row(_ path: String, _ key: CacheKey) throws -> EntryRow? {
+        try IndexDatabase(path: path, readOnly: true).entryRows().first { $0.keyDigest == key.digest }
+    }
+
+    /// A key replaced (v1, then v2) whose digest cell is lost and whose newest link record is
+    /// destroyed: nothing may serve v1 — not the open, not `fsck --repair` (which refuses to
+    /// write through a damaged index), not the rebuild (which reads the rows from the table, so
+    /// the lost cell's row still says a newer write happened).
+    @Test func aLostDigestCellAndALostNewestLinkNeverServeTheOlderValue() async throws {
+        try await withTemporaryDirectory { dir in
+            let files = StoreFiles(root: dir)
+            let k = CacheKey(url: "https://s6.example/k.jpg")
+            do {
+                let store = try openStore(dir)
+                try store.put(value("k-v1"), for: k)
+                for i in 0..<3 { try store.put(value("other-\(i)"), for: key(i)) }
+                try store.put(value("k-v2"), for: k)
+                try store.close()
+            }
+            let indexPath = files.store + "/index.sqlite"
+            let row = try #require(try Self.row(indexPath, k))
+            let handle = try FileHandle(forUpdating: URL(fileURLWithPath: files.segment(row.linkSegment)))
+            try handle.seek(toOffset: row.linkOffset)
+            try handle.write(contentsOf: [UInt8](repeating: 0xA5, count: Int(row.linkLength)))
+            try handle.close()
+            try Self.loseDigestCells(indexPath, where: "key_hash = x'\(row.keyDigest.description)'")
+
+            func expectNotOld(_ store: Store, _ step: String) {
+                let served = try? store.data(for: k)
+                #expect(served != value("k-v1"), "\(step): the replaced value is served")
+                for i in 0..<3 { #expect((try? store.data(for: key(i))) == value("other-\(i)"), "\(step): key \(i)") }
+            }
+            do {
+                let store = try openStore(dir)
+                expectNotOld(store, "open")
+                let report = try store.fsck(repair: true)
+                #expect(report.findings.contains { $0.kind == .indexIntegrity }, "\(report.findings)")
+                expectNotOld(store, "fsck --repair")
+                try store.close()
+            }
+            let rebuilt = try Store.rebuildIndex(directory: files.store, configuration: Store.Configuration())
+            #expect(rebuilt.findings.contains { $0.kind == .lostWrite }, "\(rebuilt.findings)")
+            let store = try openStore(dir)
+            expectNotOld(store, "rebuild")
+            #expect(try store.data(for: k) == nil)
+            #expect(try store.fsck().isClean)
+            try store.close()
+        }
+    }
+
+    /// A digest index that is gone (a lost schema row) is built again by the next writer that
+    /// opens the store, and fsck sees no damage after; while it is gone, fsck reports it.
+    @Test func aMissingDigestIndexIsBuiltAgainAtOpen() async throws {
+        try await withTemporaryDirectory { dir in
+            let files = StoreFiles(root: dir)
+            do {
+                let store = try openStore(dir)
+                for i in 0..<20 { try store.put(value("v\(i)"), for: key(i)) }
+                try store.close()
+            }
+            let indexPath = files.store + "/index.sqlite"
+            try IndexDatabase(path: indexPath, readOnly: false).connection.execute("DROP INDEX entries_by_key")
+            #expect(try IndexDatabase(path: indexPath, readOnly: true).digestFindings().count == 1)
+            let store = try openStore(dir)
+            #expect(try IndexDatabase(path: indexPath, readOnly: true).digestIndexProblem() == nil)
+            for i in 0..<20 { #expect(try store.data(for: key(i)) == value("v\(i)")) }
+            #expect(try store.fsck().isClean)
+            try store.close()
+        }
+    }
+
+    /// Two rows for one digest (the index dropped, an older row put back): the store refuses to
+    /// open with `indexCorrupt` rather than pick one, fsck of the file reports it, and the
+    /// rebuild serves the newest value.
+    @Test func twoRowsForOneDigestAreRefusedUntilTheIndexIsRebuilt() async throws {
+        try await withTemporaryDirectory { dir in
+            let files = StoreFiles(root: dir)
+            let a = CacheKey(url: "https://s6.example/a.jpg")
+            let indexPath = files.store + "/index.sqlite"
+            do {
+                let store = try openStore(dir)
+                try store.put(value("a-v1"), for: a)
+                try store.flush()
+                try store.put(value("a-v2"), for: a)
+                try store.close()
+            }
+            // The old row, as it was before the replace, put back beside the new one.
+            let index = try IndexDatabase(path: indexPath, readOnly: false)
+            try index.connection.execute(
+                """
+                DROP INDEX entries_by_key;
+                INSERT INTO entries(key_hash, url, variant, url_hash, blob, link_segment, link_offset, link_length,
+                    sequence, etag, last_modified, expires_at, created_at, accessed_at, cost, cache_policy)
+                SELECT key_hash, url, variant, url_hash, blob - 1, link_segment, 32, link_length,
+                    sequence - 2, etag, last_modified, expires_at, created_at, accessed_at, cost, cache_policy
+                FROM entries;
+                """)
+            #expect(try index.digestFindings().contains("1 key digests have more than one entry row"))
+            let error = #expect(throws: StoreError.self) { try openStore(dir) }
+            #expect(error?.code == .indexCorrupt)
+            #expect(error?.message.contains("--rebuild-index") == true, "\(String(describing: error))")
+            _ = try Store.rebuildIndex(directory: files.store, configuration: Store.Configuration())
+            let store = try openStore(dir)
+            #expect(try store.data(for: a) == value("a-v2"))
+            #expect(try store.fsck().isClean)
+            try store.close()
+        }
+    }
+
+    /// A schema-5 row that schema 6's table refuses (a URL made NULL by damage) fails the
+    /// migration with `indexCorrupt` and the rebuild advice, leaves schema 5, and the rebuild
+    /// brings the store back.
+    @Test func aMigrationThatARowRefusesAsksForTheRebuild() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir + "/store"
+            try FileManager.default.copyItem(atPath: SchemaMigrationTests.fixture(5), toPath: path)
+            // A raw connection: an IndexDatabase writer would migrate the index. The NOT NULL is
+            // taken out of the schema text to let the damage in (read by the next connection).
+            do {
+                let connection = try SQLiteConnection(path: path + "/index.sqlite", readOnly: false)
+                var sql = ""
+                try connection.statement("SELECT sql FROM sqlite_schema WHERE name = 'entries'").query {
+                    (r) throws(IndexError) in
+                    sql = r.text(0)
+                    return false
+                }
+                let loose = sql.replacingOccurrences(of: "url TEXT NOT NULL", with: "url TEXT")
+                #expect(loose != sql)
+                try connection.execute(
+                    """
+                    PRAGMA writable_schema = ON;
+                    UPDATE sqlite_schema SET sql = '\(loose.replacingOccurrences(of: "'", with: "''"))' WHERE name = 'entries';
+                    PRAGMA writable_schema = OFF;
+                    """)
+            }
+            let connection = try SQLiteConnection(path: path + "/index.sqlite", readOnly: false)
+            try connection.execute("UPDATE entries SET url = NULL WHERE url = 'https://v5.example/c.jpg'")
+            let error = #expect(throws: StoreError.self) { try openStore(dir) }
+            #expect(error?.code == .indexCorrupt)
+            #expect(error?.message.contains("--rebuild-index") == true, "\(String(describing: error))")
+            #expect(try SchemaMigrationTests.schema(path + "/index.sqlite").version == 5)
+            _ = try Store.rebuildIndex(directory: path, configuration: Store.Configuration())
+            let store = try openStore(dir)
+            #expect(try store.data(for: CacheKey(url: "https://v5.example/b.jpg")) != nil)
+            #expect(try store.fsck().isClean)
+            try store.close()
+        }
+    }
+
+    /// The migration leaves the old entries table's pages free in the index file. Eviction
+    /// counts only pages in use (it cannot give free ones back), so a store under its capacity
+    /// once they are set aside evicts nothing — it used to evict every entry chasing them.
+    @Test func freePagesTheMigrationLeavesDoNotDriveEviction() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir + "/store"
+            let long = String(repeating: "u", count: 1_500)
+            do {
+                let store = try openStore(dir) { $0.compactionInterval = nil }
+                for i in 0..<600 {
+                    try store.put(Data("value \(i)".utf8), for: CacheKey(url: "https://s6.example/\(long)/\(i)"))
+                }
+                try store.close()
+            }
+            try SchemaMigrationTests.downgradeToSchema5(path + "/index.sqlite")
+            // The first open migrates (its close checkpoints the log away); the second measures.
+            try openStore(dir) { $0.compactionInterval = nil }.close()
+            var disk: Int64 = 0
+            do {
+                let store = try openStore(dir) { $0.compactionInterval = nil }
+                disk = store.diskUsage()
+                try store.close()
+            }
+            let free =
+                try IndexDatabase(path: path + "/index.sqlite", readOnly: true).connection.statement(
+                    "PRAGMA freelist_count"
+                ).first { $0.int64(0) } ?? 0
+            #expect(free > 200, "the migration left \(free) free pages")
+            // Over the high watermark on disk; under the low one without the free pages.
+            let capacity = Int64(Double(disk - free * 4096) / 0.85 * 1.05)
+            #expect(Double(disk) > Double(capacity) * 0.95, "disk \(disk), free pages \(free)")
+            let store = try openStore(dir) { configuration in
+                configuration.compactionInterval = nil
+                configuration.capacity = capacity
+            }
+            let report = try store.compact()
+            #expect(report.evictedEntries == 0)
+            #expect(try store.statistics().entries == 600)
+            try store.close()
+        }
+    }
+}
