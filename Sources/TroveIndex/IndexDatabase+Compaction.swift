@@ -82,6 +82,19 @@ extension IndexDatabase {
         return out
     }
 
+    /// The offsets of the link records in `segment` that entry rows point at, read from the
+    /// table (not through an index: a row whose digest cell was lost is found too).
+    public func linkOffsets(inSegment segment: UInt32) throws(IndexError) -> [UInt64] {
+        var out: [UInt64] = []
+        try connection.statement("SELECT link_offset FROM entries NOT INDEXED WHERE link_segment = ?").query([
+            .integer(Int64(segment))
+        ]) { (r) throws(IndexError) in
+            out.append(r.position(0))
+            return true
+        }
+        return out
+    }
+
     /// Deletes the rows of blobs in `segment` that no entry links to (by the entries, whatever
     /// the counts say); returns how many.
     @discardableResult

@@ -38,7 +38,7 @@ public final class IndexDatabase {
             // segment's tail (Docs/Architecture.md, "Durability").
             try connection.execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY;")
             try migrate()
-            try restoreDigestIndex()
+            try refuseWithoutDigestIndex()
         }
     }
 
@@ -89,21 +89,12 @@ public final class IndexDatabase {
     }
 
     /// The digest index (schema 6) is what keeps one entry row per key: a writer that finds it
-    /// missing or changed (a lost schema row, an edited index file) builds it again before
-    /// anything writes, and refuses the index when two rows share a digest.
-    private func restoreDigestIndex() throws(IndexError) {
+    /// missing or changed (a lost schema row, an edited index file) refuses the index. It does
+    /// not build it again from the table: rows whose cells were lost may be older values or
+    /// removed ones that lookups could not see, and a rebuild from the packs settles them.
+    private func refuseWithoutDigestIndex() throws(IndexError) {
         guard let problem = try digestIndexProblem() else { return }
-        try connection.execute("BEGIN IMMEDIATE")
-        do {
-            try connection.execute(
-                "DROP INDEX IF EXISTS entries_by_key; CREATE UNIQUE INDEX entries_by_key ON entries(key_hash); COMMIT")
-        } catch {
-            try? connection.execute("ROLLBACK")
-            guard !error.isOutOfSpace else { throw error }
-            throw IndexError(
-                code: .corrupt, message: "\(problem), and it cannot be built again (\(error.message))",
-                resultCode: error.resultCode, extendedResultCode: error.extendedResultCode)
-        }
+        throw IndexError(code: .corrupt, message: problem)
     }
 
     /// What is wrong with the digest index `entries_by_key` — missing, or not a unique index

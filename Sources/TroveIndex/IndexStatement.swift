@@ -22,12 +22,9 @@ enum IndexStatement: Int {
     var sql: String {
         switch self {
         case .entryByDigest:
-            // The newest row should two ever share a digest (a damaged digest index; the unique
-            // index makes the order free).
             "SELECT \(IndexDatabase.entryColumns), \(IndexDatabase.blobColumns) FROM entries e JOIN blobs b ON b.id = e.blob "
-                + "WHERE e.key_hash = ? ORDER BY e.sequence DESC LIMIT 1"
-        case .entryRowByDigest:
-            "SELECT \(IndexDatabase.entryColumns) FROM entries e WHERE e.key_hash = ? ORDER BY e.sequence DESC LIMIT 1"
+                + "WHERE e.key_hash = ?"
+        case .entryRowByDigest: "SELECT \(IndexDatabase.entryColumns) FROM entries e WHERE e.key_hash = ?"
         case .entriesByURL:
             // The original by its digest (the unique digest index), the variants through the partial
             // URL index (schema 5: originals are not in it). Result column 3 is the variant.

@@ -304,7 +304,7 @@ extension Store {
             var due = configuration.compactionInterval.map { now - schedule.lastCompaction >= $0 } ?? false
             if !due, let capacity = configuration.capacity, now - schedule.lastUsageCheck >= .seconds(1) {
                 schedule.lastUsageCheck = now
-                due = Double(diskUsage()) > Double(capacity) * configuration.highWatermark
+                due = Double(chargeableUsage()) > Double(capacity) * configuration.highWatermark
             }
             if due {
                 schedule.lastCompaction = now

@@ -70,7 +70,7 @@ extension Store {
 
         // 2. Eviction, least recently read first, while the bytes that would remain after the
         //    rewrite exceed the low watermark.
-        if let capacity = configuration.capacity, Double(diskUsage()) > Double(capacity) * configuration.highWatermark {
+        if let capacity = configuration.capacity, Double(chargeableUsage()) > Double(capacity) * configuration.highWatermark {
             let low = Int64(Double(capacity) * configuration.lowWatermark)
             try removeInBatches(into: &report.evictedEntries, bytes: &report.evictedBytes, while: { self.projectedUsage() > low })
             {
@@ -103,7 +103,7 @@ extension Store {
                 progress(WorkProgress(phase: "compacting segments", bytesDone: doneBytes, bytesTotal: totalBytes))
             }
             let body = max(1, size - Int64(PackFormat.segmentHeaderSize))
-            let overCapacity = configuration.capacity.map { diskUsage() > $0 } ?? false
+            let overCapacity = configuration.capacity.map { chargeableUsage() > $0 } ?? false
             let sparse = Double(row.liveBytes) < configuration.rewriteLiveRatio * Double(body)
             // Segments of format version 1 are rewritten whatever their liveness: their records
             // are not bound to their store and place (Docs/PackFormat.md, "Version 1").
@@ -148,7 +148,7 @@ extension Store {
     }
 
     private func sealActiveSegmentIfWorthRewriting() throws(StoreError) {
-        let overCapacity = configuration.capacity.map { diskUsage() > $0 } ?? false
+        let overCapacity = configuration.capacity.map { chargeableUsage() > $0 } ?? false
         try withCommitter { (state) throws(StoreError) in
             try commitCycle(state, flushReadTimes: false)
             let (activeID, end) = appender.withLock { ($0.pack.segment.id, $0.pack.end) }
@@ -228,6 +228,14 @@ extension Store {
     /// Disk usage now: pack segment files plus index files.
     func diskUsage() -> Int64 {
         PackDirectory.totalSize(in: packsDirectory) + indexFileBytes()
+    }
+
+    /// Disk usage that compaction can act on: ``diskUsage()`` less the index file's free pages
+    /// (which later rows reuse and no eviction gives back — the migration to index schema 6
+    /// leaves the old entries table's pages free). What triggers eviction and rewrites, so that
+    /// it is measured like ``projectedUsage()``, the target.
+    func chargeableUsage() -> Int64 {
+        max(0, diskUsage() - SystemCall.indexFreePageBytes(directory + "/index.sqlite"))
     }
 
     /// The bytes of index.sqlite and its `-wal` and `-shm` files.

@@ -111,10 +111,17 @@ struct SegmentRewriter {
     /// The live records of `file`, with their bytes.
     private func liveRecords(in file: SegmentFile, queuedBlobs: Set<UInt64>) throws(StoreError) -> [Live] {
         var live: [Live] = []
+        // The offsets of links that index rows point at, read from the table (one scan) when a
+        // link's digest lookup first finds nothing.
+        var linked: Set<UInt64>?
+        let rowPointsAt = { (offset: UInt64) throws -> Bool in
+            if linked == nil { linked = Set(try index.linkOffsets(inSegment: id)) }
+            return linked!.contains(offset)
+        }
         do {
             let size = try file.size()
             let visit: (ScannedRecord) throws -> Void = { record in
-                guard let kind = try judge(record, queuedBlobs: queuedBlobs) else { return }
+                guard let kind = try judge(record, queuedBlobs: queuedBlobs, rowPointsAt: rowPointsAt) else { return }
                 // Links and tombstones are re-encoded from what was decoded (a salvaged one
                 // has a damaged header); a blob's payload is read again.
                 let movable = try MovableRecord(record) ?? file.readMovable(at: record.offset, limit: size)
@@ -150,7 +157,9 @@ struct SegmentRewriter {
     /// Whether `record` is live (and what to move for it), or nil when it is dead. A record is
     /// dead only when the index says so in a way the packs bear out; a disagreement throws
     /// (``uncorroborated(_:offset:)``) and leaves the segment alone.
-    private func judge(_ record: ScannedRecord, queuedBlobs: Set<UInt64>) throws -> Moved? {
+    private func judge(
+        _ record: ScannedRecord, queuedBlobs: Set<UInt64>, rowPointsAt: (UInt64) throws -> Bool
+    ) throws -> Moved? {
         switch record.content {
         case .blob(let hash, let blobID, _):
             // Dead only when no entry links it: a damaged count must not drop it.
@@ -168,7 +177,16 @@ struct SegmentRewriter {
             // damaged row must not make the compactor delete the record the entry still needs.
             let key = link.key
             guard let found = try index.entry(digest: key.digest) else {
-                return nil  // removed (a tombstone has it) or never committed
+                // Removed (a tombstone has it) or never committed — unless a row points at this
+                // very record and its digest cell is lost from the index (damage lookups cannot
+                // see past): then nothing is judged, before anything is copied.
+                if try rowPointsAt(record.offset) {
+                    throw uncorroborated(
+                        "an index row points at the link of \(key) at segment \(id) offset \(record.offset), but a "
+                            + "lookup of its digest finds no row; the index is damaged — run `trove fsck --rebuild-index`",
+                        offset: record.offset)
+                }
+                return nil
             }
             let entry = found.entry
             if entry.key == key && entry.linkSegment == id && entry.linkOffset == record.offset {
