@@ -1,3 +1,5 @@
+import Foundation
+
 /// A small, fast, seeded random generator (SplitMix64), so test data is reproducible.
 public struct SeededGenerator: RandomNumberGenerator, Sendable {
     private var state: UInt64
@@ -28,3 +30,9 @@ public func testBytes(seed: UInt64, count: Int) -> [UInt8] {
     }
     return bytes
 }
+
+/// Whether this run is the ThreadSanitizer step of scripts/test.sh (`TROVE_TSAN=1`). Stress tests
+/// scale their operation counts down with it: under TSan on two cores each operation costs
+/// milliseconds, and a full-size run held CI's TSan step for 14 minutes. The races they look for
+/// show up in the first thousands of operations; the full counts run in the normal step.
+public let runningUnderThreadSanitizer = ProcessInfo.processInfo.environment["TROVE_TSAN"] == "1"

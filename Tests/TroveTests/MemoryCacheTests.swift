@@ -389,7 +389,7 @@ private struct TestLRU {
     @Test func manyThreadsKeepEveryInvariant() async throws {
         let cache = MemoryCache(costLimit: 300 * 1_300, countLimit: 250)
         let threads = 8
-        let operations = 20_000
+        let operations = runningUnderThreadSanitizer ? 2_000 : 20_000
         let gets = Locked(0)
         let wrong = Locked(0)
         // Off the cooperative pool: under ThreadSanitizer this takes minutes on two cores, and
