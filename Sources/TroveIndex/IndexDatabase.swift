@@ -1,5 +1,9 @@
 public import TroveCore
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Trove's index: one SQLite connection with Trove's schema and typed queries. No SQL
 /// leaves this module.
 ///
@@ -200,6 +204,23 @@ public final class IndexDatabase {
         let free = try connection.statement("PRAGMA freelist_count").first { $0.int64(0) } ?? 0
         let size = try connection.statement("PRAGMA page_size").first { $0.int64(0) } ?? 4096
         return max(0, pages - free) * size
+    }
+
+    /// ``databaseBytes()``'s free pages, read without a connection: from the file header of the
+    /// database at `path` (page size at byte 16, free-list page count at byte 36, both
+    /// big-endian), so as of its last checkpoint. For callers that must not wait for a
+    /// connection (the compaction trigger, on the write path). 0 when the header cannot be read.
+    public static func freePageBytes(atPath path: String) -> Int64 {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return 0 }
+        defer { _ = close(fd) }
+        var header = [UInt8](repeating: 0, count: 40)
+        let read = header.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 40, 0) }
+        guard read == 40 else { return 0 }
+        let rawSize = Int64(header[16]) << 8 | Int64(header[17])
+        let pageSize = rawSize == 1 ? 65_536 : rawSize
+        let free = header[36..<40].reduce(Int64(0)) { $0 << 8 | Int64($1) }
+        return pageSize * free
     }
 
     /// Copies the WAL into the database and truncates it.

@@ -269,24 +269,62 @@ public final class SegmentFile: Sendable {
     ///   ``PackError/Code/io`` when the read fails.
     /// - Complexity: one system call and one pass of XXH3-64 over the payload.
     public func readBlob(at offset: UInt64, payloadLength: UInt64, hash: ContentHash, id: UInt64) throws -> Data {
+        // With no bytes after the record asked for, the check of them cannot fail.
+        try readBlob(at: offset, payloadLength: payloadLength, hash: hash, id: id, trailing: 0) { _, _ in true }!
+    }
+
+    /// Reads the blob record at `offset` together with the header of the link record right
+    /// after it, in one `pread`, and returns the payload when both are what the caller names:
+    /// the blob as ``readBlob(at:payloadLength:hash:id:)`` checks it, the link as
+    /// ``holdsLink(at:identity:body:)`` does (its header intact, written there by this store,
+    /// with `identity` and the checksum of `body`).
+    ///
+    /// A put appends a new blob's record and its link's in one write, so a cold read of such an
+    /// entry verifies both with one system call instead of two.
+    ///
+    /// - Returns: nil when the header after the blob is not that link, or for a version-1
+    ///   segment (whose records carry no such header): check the link on its own then.
+    /// - Throws: what ``readBlob(at:payloadLength:hash:id:)`` throws.
+    public func readBlob(
+        at offset: UInt64, payloadLength: UInt64, hash: ContentHash, id: UInt64, thenLink identity: RecordIdentity,
+        body: [UInt8]
+    ) throws -> Data? {
+        guard format.version == 2 else { return nil }
+        return try readBlob(
+            at: offset, payloadLength: payloadLength, hash: hash, id: id, trailing: PackFormat.Version2.recordHeaderSize
+        ) { raw, at in
+            guard case .success(let header) = RecordCodec.headerV2(raw, format: format, segment: self.id, offset: at),
+                header.identity == identity, header.bodyLength == UInt64(body.count)
+            else { return false }
+            return body.withUnsafeBytes { XXH3.hash64($0, seed: format.bodySeed(.link)) } == header.bodyChecksum
+        }
+    }
+
+    /// One `pread` of the blob record at `offset` and `trailing` bytes after it; the payload
+    /// when the record verifies and `trailingHolds` accepts the bytes after it (and where they
+    /// start), nil when it does not or they are cut short by the end of the file.
+    private func readBlob(
+        at offset: UInt64, payloadLength: UInt64, hash: ContentHash, id: UInt64, trailing: Int,
+        trailingHolds: (UnsafeRawBufferPointer, UInt64) -> Bool
+    ) throws -> Data? {
         let total64 = format.blobRecordLength(payloadLength: payloadLength)
         guard total64 - UInt64(format.recordHeaderSize) <= PackFormat.maximumBodyLength else {
             throw corrupt(at: offset, "the index names a blob larger than the format allows")
         }
         let total = Int(total64)
         let prefix = total - Int(payloadLength)
-        let base = UnsafeMutableRawPointer.allocate(byteCount: max(total, 1), alignment: 16)
+        let base = UnsafeMutableRawPointer.allocate(byteCount: max(total + trailing, 1), alignment: 16)
         var handedOver = false
         defer { if !handedOver { base.deallocate() } }
-        let buffer = UnsafeMutableRawBufferPointer(start: base, count: total)
+        let buffer = UnsafeMutableRawBufferPointer(start: base, count: total + trailing)
         let n = try SystemCall.pread(descriptor, into: buffer, at: offset, path: path, faults: faults)
-        guard n == total else {
+        guard n >= total else {
             throw PackError(
                 code: .truncatedRecord,
                 message: "blob record at \(path):\(offset) is cut short (\(n) of \(total) bytes)", path: path,
                 offset: offset)
         }
-        let raw = UnsafeRawBufferPointer(buffer)
+        let raw = UnsafeRawBufferPointer(start: base, count: total)
         let header = UnsafeRawBufferPointer(rebasing: raw[0..<format.recordHeaderSize])
         let body = UnsafeRawBufferPointer(rebasing: raw[format.recordHeaderSize...])
         if format.version == 1 {
@@ -311,6 +349,9 @@ public final class SegmentFile: Sendable {
             else { throw mismatch(at: offset) }
             guard XXH3.hash64(body, seed: format.bodySeed(.blob)) == h.bodyChecksum else { throw damaged(at: offset) }
         }
+        guard n == total + trailing,
+            trailingHolds(UnsafeRawBufferPointer(start: base + total, count: trailing), offset + UInt64(total))
+        else { return nil }
         handedOver = true
         return Data(
             bytesNoCopy: base + prefix, count: total - prefix,

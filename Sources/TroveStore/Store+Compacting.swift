@@ -235,7 +235,7 @@ extension Store {
     /// leaves the old entries table's pages free). What triggers eviction and rewrites, so that
     /// it is measured like ``projectedUsage()``, the target.
     func chargeableUsage() -> Int64 {
-        max(0, diskUsage() - SystemCall.indexFreePageBytes(directory + "/index.sqlite"))
+        max(0, diskUsage() - IndexDatabase.freePageBytes(atPath: directory + "/index.sqlite"))
     }
 
     /// The bytes of index.sqlite and its `-wal` and `-shm` files.

@@ -24,7 +24,8 @@ extension Store {
         // A read whose blob went with a newer write of the key (the compactor reclaimed it
         // between the lookup and the read) looks again.
         for _ in 0..<Self.supersededReadAttempts {
-            guard let found = try locate(key, noteRead: true) else { return nil }
+            guard let (found, read) = try locateReading(key) else { return nil }
+            if let data = read { return Entry(data: data, info: info(found)) }
             if let data = try readBlob(of: found, key: key) { return Entry(data: data, info: info(found)) }
         }
         throw StoreError(
@@ -141,6 +142,20 @@ extension Store {
     func locate(
         _ key: CacheKey, noteRead: Bool, includingExpired: Bool = false, verifying: Bool = true
     ) throws(StoreError) -> IndexedEntry? {
+        try locate(key, noteRead: noteRead, includingExpired: includingExpired, verifying: verifying, readingBlob: false)?
+            .entry
+    }
+
+    /// Finds `key`'s entry as ``locate(_:noteRead:includingExpired:verifying:)`` does for a get,
+    /// and, when the row came from the index, its blob's bytes too when they can be read with
+    /// the link in one `pread` (``readBlobWithLink(of:key:)``); nil bytes: read the blob.
+    func locateReading(_ key: CacheKey) throws(StoreError) -> (entry: IndexedEntry, blob: Data?)? {
+        try locate(key, noteRead: true, includingExpired: false, verifying: true, readingBlob: true)
+    }
+
+    private func locate(
+        _ key: CacheKey, noteRead: Bool, includingExpired: Bool, verifying: Bool, readingBlob: Bool
+    ) throws(StoreError) -> (entry: IndexedEntry, blob: Data?)? {
         // The returned entry's accessedAt is the last read *before* this one: a read time not
         // yet flushed is taken from memory, in the same lock hold that notes this read.
         let now = configuration.clock()
@@ -153,13 +168,17 @@ extension Store {
         if closed { throw Self.closedError(directory) }
         switch slot {
         case .present(let found):
-            return includingExpired || !found.isExpired(at: now) ? found.readBefore(previousRead) : nil
+            return includingExpired || !found.isExpired(at: now) ? (found.readBefore(previousRead), nil) : nil
         case .removed: return nil
         case nil: break
         }
         let lookedUp = try readIndex { try $0.entry(digest: key.digest) }
         guard var row = lookedUp, row.entry.key == key else { return nil }
-        if verifying {
+        var blob: Data?
+        if readingBlob && (includingExpired || !row.isExpired(at: now)) {
+            blob = readBlobWithLink(of: row, key: key)
+        }
+        if verifying && blob == nil {
             do {
                 try verifyLink(of: row, key: key)
             } catch  where error.code == .corruptRecord || error.code == .missingSegment {
@@ -189,7 +208,25 @@ extension Store {
             state.map.fill(found, for: key, readAt: generation)
             if noteRead && !expired { state.readTimes[key] = now }
         }
-        return includingExpired || !expired ? found.readBefore(previousRead) : nil
+        return includingExpired || !expired ? (found.readBefore(previousRead), blob) : nil
+    }
+
+    /// `found`'s blob, read with the link record right after it in one `pread` and both
+    /// verified (SegmentFile's `readBlob(…thenLink:body:)`): a new blob's record and its
+    /// link's are appended in one write, so most rows name neighbours. Nil when they are not
+    /// neighbours, or when anything about them fails — a missing file, damage, a record moved
+    /// by the compactor, an I/O error: the caller then checks the link and reads the blob
+    /// separately, which tells a move from damage, records damage and throws the typed error.
+    private func readBlobWithLink(of found: IndexedEntry, key: CacheKey) -> Data? {
+        let row = found.entry
+        let blob = found.blob
+        guard row.linkSegment == blob.segment, row.linkOffset == blob.offset + blob.recordBytes,
+            let file = try? segmentFile(blob.segment)
+        else { return nil }
+        let identity = RecordIdentity(type: .link, sequence: row.sequence, digest: key.digest)
+        return try? file.readBlob(
+            at: blob.offset, payloadLength: blob.length, hash: blob.hash, id: UInt64(bitPattern: blob.id),
+            thenLink: identity, body: RecordCodec.linkBody(found.describedLink))
     }
 
     /// Checks that the link record `found` points at is intact and says what the row says: the

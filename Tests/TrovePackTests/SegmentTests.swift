@@ -92,6 +92,67 @@ func version1BlobBody(_ payload: [UInt8], id: UInt64) -> [UInt8] {
         }
     }
 
+    /// The cold read's one `pread` of a blob and the link after it serves the payload only when
+    /// both are exactly what the caller names; anything else is nil (the caller checks them apart).
+    @Test func aBlobReadWithItsLinkNeedsBothToBeTheOnesNamed() async throws {
+        try await withTemporaryDirectory { dir in
+            let writer = try makeWriter(dir)
+            let bytes = testBytes(seed: 3, count: 5_000)
+            let hash = ContentHash(hashing: bytes)
+            let link = LinkRecord(
+                url: "https://fused/a", variant: "", blobHash: hash, blobLength: 5_000, blobID: 10, sequence: 11,
+                createdAt: 9, etag: "\"e\"")
+            let digest = link.key.digest
+            let offsets = try bytes.withUnsafeBytes {
+                try writer.appendBlob(hash: hash, id: 10, payload: $0, thenLink: link, digest: digest)
+            }
+            let file = writer.segment
+            let identity = RecordIdentity(type: .link, sequence: 11, digest: digest)
+            let body = RecordCodec.linkBody(link)
+            func read(_ identity: RecordIdentity, _ body: [UInt8], hash: ContentHash = hash, id: UInt64 = 10) throws -> Data? {
+                try file.readBlob(at: offsets.blob, payloadLength: 5_000, hash: hash, id: id, thenLink: identity, body: body)
+            }
+            #expect(try read(identity, body).map(Array.init) == bytes)
+            // Another sequence or key, another body (an older version's metadata): not that link.
+            #expect(try read(RecordIdentity(type: .link, sequence: 12, digest: digest), body) == nil)
+            #expect(try read(RecordIdentity(type: .link, sequence: 11, digest: ContentHash(high: 1, low: 1)), body) == nil)
+            var other = link
+            other.etag = "\"f\""
+            #expect(try read(identity, RecordCodec.linkBody(other)) == nil)
+            // The blob's own checks still throw.
+            #expect(throws: PackError.self) { try read(identity, body, id: 9) }
+            // A link header cut off by the end of the file: nil, the blob's bytes are not served.
+            // (Like holdsLink, the header alone proves the link: its body's checksum is in it.)
+            #expect(truncate(file.path, off_t(offsets.link) + off_t(PackFormat.Version2.recordHeaderSize) - 1) == 0)
+            #expect(try read(identity, body) == nil)
+            #expect(truncate(file.path, off_t(offsets.link)) == 0)
+            #expect(try read(identity, body) == nil)
+            #expect(try file.readBlob(at: offsets.blob, payloadLength: 5_000, hash: hash, id: 10).count == 5_000)
+            // Every flipped bit of the link's header makes it not that link.
+            #expect(truncate(file.path, 0) == 0)
+            let fresh = try makeWriter(dir, id: 2)
+            let again = try bytes.withUnsafeBytes {
+                try fresh.appendBlob(hash: hash, id: 10, payload: $0, thenLink: link, digest: digest)
+            }
+            let fd = open(fresh.segment.path, O_RDWR)
+            defer { close(fd) }
+            for bit in stride(from: 0, to: PackFormat.Version2.recordHeaderSize * 8, by: 7) {
+                let at = off_t(again.link) + off_t(bit / 8)
+                var byte: UInt8 = 0
+                #expect(pread(fd, &byte, 1, at) == 1)
+                var flipped = byte ^ UInt8(1 << (bit % 8))
+                #expect(pwrite(fd, &flipped, 1, at) == 1)
+                let served = try fresh.segment.readBlob(
+                    at: again.blob, payloadLength: 5_000, hash: hash, id: 10, thenLink: identity, body: body)
+                #expect(served == nil, "bit \(bit)")
+                #expect(pwrite(fd, &byte, 1, at) == 1)
+            }
+            #expect(
+                try fresh.segment.readBlob(
+                    at: again.blob, payloadLength: 5_000, hash: hash, id: 10, thenLink: identity, body: body)?.count == 5_000)
+        }
+    }
+
     @Test func readPastEndIsTruncatedRecord() async throws {
         try await withTemporaryDirectory { dir in
             let writer = try makeWriter(dir)
@@ -197,6 +258,12 @@ func version1BlobBody(_ payload: [UInt8], id: UInt64) -> [UInt8] {
             let file = try SegmentFile.open(id: 1, in: dir, writable: false)
             #expect(file.format.version == 1)
             #expect(try Array(file.readBlob(at: offsets[0], payloadLength: 2000, hash: hash, id: 3)) == payload)
+            // Version 1's records carry no header that proves the link: checked apart, never fused.
+            let identity = RecordIdentity(type: .link, sequence: 4, digest: link.key.digest)
+            #expect(
+                try file.readBlob(
+                    at: offsets[0], payloadLength: 2000, hash: hash, id: 3, thenLink: identity,
+                    body: RecordCodec.linkBody(link, version: 1)) == nil)
             var seen: [RecordIdentity] = []
             let report = try SegmentScanner.scan(file) { seen.append($0.identity) }
             #expect(report.damage.isEmpty)

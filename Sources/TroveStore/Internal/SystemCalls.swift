@@ -101,22 +101,6 @@ enum SystemCall {
 
     static func close(_ fd: Int32) { _ = Glibc.close(fd) }
 
-    /// The free pages of the SQLite database at `path` in bytes, from its header (page size at
-    /// byte 16, free-list page count at byte 36, both big-endian): as of its last checkpoint.
-    /// 0 when it cannot be read.
-    static func indexFreePageBytes(_ path: String) -> Int64 {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return 0 }
-        defer { _ = Glibc.close(fd) }
-        var header = [UInt8](repeating: 0, count: 40)
-        let read = header.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 40, 0) }
-        guard read == 40 else { return 0 }
-        let rawSize = Int64(header[16]) << 8 | Int64(header[17])
-        let pageSize = rawSize == 1 ? 65_536 : rawSize
-        let free = header[36..<40].reduce(Int64(0)) { $0 << 8 | Int64($1) }
-        return pageSize * free
-    }
-
     /// Renames `from` to `to` (replacing `to`), or throws `.io` naming both.
     static func rename(_ from: String, to: String) throws(StoreError) {
         guard Glibc.rename(from, to) == 0 else {
