@@ -273,23 +273,27 @@ public final class SegmentFile: Sendable {
         try readBlob(at: offset, payloadLength: payloadLength, hash: hash, id: id, trailing: 0) { _, _ in true }!
     }
 
-    /// Reads the blob record at `offset` together with the header of the link record right
-    /// after it, in one `pread`, and returns the payload when both are what the caller names:
-    /// the blob as ``readBlob(at:payloadLength:hash:id:)`` checks it, the link as
+    /// Reads the blob record at `offset` together with the header of the link record at
+    /// `linkOffset`, in one `pread`, and returns the payload when both are what the caller
+    /// names: the blob as ``readBlob(at:payloadLength:hash:id:)`` checks it, the link as
     /// ``holdsLink(at:identity:body:)`` does (its header intact, written there by this store,
     /// with `identity` and the checksum of `body`).
     ///
     /// A put appends a new blob's record and its link's in one write, so a cold read of such an
     /// entry verifies both with one system call instead of two.
     ///
-    /// - Returns: nil when the header after the blob is not that link, or for a version-1
-    ///   segment (whose records carry no such header): check the link on its own then.
+    /// - Returns: nil when `linkOffset` is not where the blob record ends (as its payload length
+    ///   gives it, not as any caller's count says), when the header there is not that link, or
+    ///   for a version-1 segment (whose records carry no such header): check the link on its
+    ///   own then.
     /// - Throws: what ``readBlob(at:payloadLength:hash:id:)`` throws.
     public func readBlob(
-        at offset: UInt64, payloadLength: UInt64, hash: ContentHash, id: UInt64, thenLink identity: RecordIdentity,
-        body: [UInt8]
+        at offset: UInt64, payloadLength: UInt64, hash: ContentHash, id: UInt64, thenLinkAt linkOffset: UInt64,
+        identity: RecordIdentity, body: [UInt8]
     ) throws -> Data? {
-        guard format.version == 2 else { return nil }
+        guard format.version == 2, payloadLength <= PackFormat.maximumBodyLength,
+            linkOffset >= offset, linkOffset - offset == format.blobRecordLength(payloadLength: payloadLength)
+        else { return nil }
         return try readBlob(
             at: offset, payloadLength: payloadLength, hash: hash, id: id, trailing: PackFormat.Version2.recordHeaderSize
         ) { raw, at in

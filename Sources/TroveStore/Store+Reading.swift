@@ -212,7 +212,7 @@ extension Store {
     }
 
     /// `found`'s blob, read with the link record right after it in one `pread` and both
-    /// verified (SegmentFile's `readBlob(…thenLink:body:)`): a new blob's record and its
+    /// verified (SegmentFile's `readBlob(…thenLinkAt:identity:body:)`): a new blob's record and its
     /// link's are appended in one write, so most rows name neighbours. Nil when they are not
     /// neighbours, or when anything about them fails — a missing file, damage, a record moved
     /// by the compactor, an I/O error: the caller then checks the link and reads the blob
@@ -220,13 +220,13 @@ extension Store {
     private func readBlobWithLink(of found: IndexedEntry, key: CacheKey) -> Data? {
         let row = found.entry
         let blob = found.blob
-        guard row.linkSegment == blob.segment, row.linkOffset == blob.offset + blob.recordBytes,
-            let file = try? segmentFile(blob.segment)
-        else { return nil }
+        // Where the blob record ends is the segment file's to say (from the payload length), not
+        // the row's record-bytes count: a row naming another place for its link is checked apart.
+        guard row.linkSegment == blob.segment, let file = try? segmentFile(blob.segment) else { return nil }
         let identity = RecordIdentity(type: .link, sequence: row.sequence, digest: key.digest)
         return try? file.readBlob(
             at: blob.offset, payloadLength: blob.length, hash: blob.hash, id: UInt64(bitPattern: blob.id),
-            thenLink: identity, body: RecordCodec.linkBody(found.describedLink))
+            thenLinkAt: row.linkOffset, identity: identity, body: RecordCodec.linkBody(found.describedLink))
     }
 
     /// Checks that the link record `found` points at is intact and says what the row says: the

@@ -110,7 +110,9 @@ func version1BlobBody(_ payload: [UInt8], id: UInt64) -> [UInt8] {
             let identity = RecordIdentity(type: .link, sequence: 11, digest: digest)
             let body = RecordCodec.linkBody(link)
             func read(_ identity: RecordIdentity, _ body: [UInt8], hash: ContentHash = hash, id: UInt64 = 10) throws -> Data? {
-                try file.readBlob(at: offsets.blob, payloadLength: 5_000, hash: hash, id: id, thenLink: identity, body: body)
+                try file.readBlob(
+                    at: offsets.blob, payloadLength: 5_000, hash: hash, id: id, thenLinkAt: offsets.link, identity: identity,
+                    body: body)
             }
             #expect(try read(identity, body).map(Array.init) == bytes)
             // Another sequence or key, another body (an older version's metadata): not that link.
@@ -119,6 +121,13 @@ func version1BlobBody(_ payload: [UInt8], id: UInt64) -> [UInt8] {
             var other = link
             other.etag = "\"f\""
             #expect(try read(identity, RecordCodec.linkBody(other)) == nil)
+            // The link named anywhere but where the blob record ends (whatever a caller counted).
+            for elsewhere in [offsets.link - 1, offsets.link + 1, offsets.blob, 0] {
+                #expect(
+                    try file.readBlob(
+                        at: offsets.blob, payloadLength: 5_000, hash: hash, id: 10, thenLinkAt: elsewhere, identity: identity,
+                        body: body) == nil)
+            }
             // The blob's own checks still throw.
             #expect(throws: PackError.self) { try read(identity, body, id: 9) }
             // A link header cut off by the end of the file: nil, the blob's bytes are not served.
@@ -143,13 +152,15 @@ func version1BlobBody(_ payload: [UInt8], id: UInt64) -> [UInt8] {
                 var flipped = byte ^ UInt8(1 << (bit % 8))
                 #expect(pwrite(fd, &flipped, 1, at) == 1)
                 let served = try fresh.segment.readBlob(
-                    at: again.blob, payloadLength: 5_000, hash: hash, id: 10, thenLink: identity, body: body)
+                    at: again.blob, payloadLength: 5_000, hash: hash, id: 10, thenLinkAt: again.link, identity: identity,
+                    body: body)
                 #expect(served == nil, "bit \(bit)")
                 #expect(pwrite(fd, &byte, 1, at) == 1)
             }
             #expect(
                 try fresh.segment.readBlob(
-                    at: again.blob, payloadLength: 5_000, hash: hash, id: 10, thenLink: identity, body: body)?.count == 5_000)
+                    at: again.blob, payloadLength: 5_000, hash: hash, id: 10, thenLinkAt: again.link, identity: identity,
+                    body: body)?.count == 5_000)
         }
     }
 
@@ -262,7 +273,7 @@ func version1BlobBody(_ payload: [UInt8], id: UInt64) -> [UInt8] {
             let identity = RecordIdentity(type: .link, sequence: 4, digest: link.key.digest)
             #expect(
                 try file.readBlob(
-                    at: offsets[0], payloadLength: 2000, hash: hash, id: 3, thenLink: identity,
+                    at: offsets[0], payloadLength: 2000, hash: hash, id: 3, thenLinkAt: offsets[1], identity: identity,
                     body: RecordCodec.linkBody(link, version: 1)) == nil)
             var seen: [RecordIdentity] = []
             let report = try SegmentScanner.scan(file) { seen.append($0.identity) }

@@ -88,6 +88,51 @@ import TroveTestSupport
         }
     }
 
+    /// A row that names another place for its link, with the blob's record-bytes count edited
+    /// to match (found by an outside attack): where the blob record ends is the segment file's
+    /// to say, so the row is checked against what it names — not served, damage recorded — as
+    /// when the link is read on its own. (Before the fix, the one read checked the link after
+    /// the blob and served the key with nothing recorded.)
+    @Test func aRowNamingAnotherPlaceForItsLinkIsNotServed() async throws {
+        try await withTemporaryDirectory { dir in
+            let files = StoreFiles(root: dir)
+            let a = CacheKey(url: "https://cold.example/a.jpg")
+            let b = CacheKey(url: "https://cold.example/b.jpg")
+            do {
+                let store = try openStore(dir)
+                try store.put(value(1), for: a)
+                try store.put(value(2), for: b)
+                try store.put(value(3), for: a)
+                try store.close()
+            }
+            let path = files.store + "/index.sqlite"
+            let rows = try IndexDatabase(path: path, readOnly: true).entryRows()
+            let rowA = try #require(rows.first { $0.keyDigest == a.digest })
+            let rowB = try #require(rows.first { $0.keyDigest == b.digest })
+            do {
+                let index = try IndexDatabase(path: path, readOnly: false)
+                // a: its link said to be 42 bytes later, its blob's record 42 bytes longer.
+                // b: its link said to be a's (the record right after a's blob), its blob's
+                // record as long as that takes.
+                try index.connection.execute(
+                    """
+                    UPDATE entries SET link_offset = link_offset + 42 WHERE key_hash = x'\(a.digest.description)';
+                    UPDATE blobs SET record_bytes = record_bytes + 42 WHERE id = \(rowA.blobID);
+                    UPDATE entries SET link_offset = \(rowA.linkOffset) WHERE key_hash = x'\(b.digest.description)';
+                    UPDATE blobs SET record_bytes = \(rowA.linkOffset) - offset WHERE id = \(rowB.blobID);
+                    """)
+            }
+            let store = try openStore(dir)
+            defer { try? store.close() }
+            for k in [a, b] {
+                let error = #expect(throws: StoreError.self, "\(k)") { try store.data(for: k) }
+                #expect(error?.code == .corruptRecord)
+            }
+            let findings = try store.fsck().findings
+            #expect(findings.contains { $0.kind == .staleIndexRow }, "\(findings)")
+        }
+    }
+
     /// Damage to the blob's payload read with its link: the read falls back to checking the two
     /// apart, which drops the damaged blob's entries as before.
     @Test func aDamagedBlobReadWithItsLinkIsDropped() async throws {
