@@ -160,21 +160,40 @@ extension Store {
     }
 
     /// Log frames (pages written by commits) at which a commit asks the checkpointer to copy
-    /// the log into the database: a 16 MiB log. Four times SQLite's own automatic threshold:
-    /// the digest index's pages a put dirties at random are then written back about once per
-    /// four times as many puts, and the checkpointer's copying, which shares the cores with the
-    /// committer, costs less per put (Docs/Benchmarks.md, "the checkpoint threshold").
-    static let checkpointFrames = 4_000
+    /// the log into the database, at least: SQLite's own automatic threshold, a 4 MiB log.
+    static let minimumCheckpointFrames = 1_000
+
+    /// ... and at most: a 16 MiB log. On a large index the pages a put dirties at random (the
+    /// digest index's) are then written back about once per four times as many puts, and the
+    /// checkpointer's copying, which shares the cores with the committer, costs less per put
+    /// (Docs/Benchmarks.md, "the checkpoint threshold").
+    static let maximumCheckpointFrames = 4_000
+
+    /// The log frames at which a commit asks for a checkpoint, for an index file of
+    /// `indexBytes` and a store of `capacity`: as many as the index has pages, between
+    /// ``minimumCheckpointFrames`` and ``maximumCheckpointFrames``, and no more than a
+    /// sixteenth of `capacity` holds. A small index gains nothing from a longer log (a
+    /// checkpoint writes each of its pages once anyway) and a small store or disk cannot spare
+    /// it (found by an outside attack: a 16 MiB log filled a 24 MiB file system).
+    static func checkpointFrames(indexBytes: Int64, capacity: Int64?) -> Int {
+        let pageBytes: Int64 = 4_096
+        var frames = min(Int64(maximumCheckpointFrames), indexBytes / pageBytes)
+        if let capacity { frames = min(frames, capacity / 16 / pageBytes) }
+        return Int(max(Int64(minimumCheckpointFrames), frames))
+    }
 
     /// Log frames at which the committer checkpoints itself after a commit: the checkpointer fell
     /// behind (or failed), and the log must not grow without bound. About 32 MiB.
     static let walFrameLimit = 8_000
 
-    /// After a commit: asks for a checkpoint when the log has grown past ``checkpointFrames``,
+    /// After a commit: asks for a checkpoint when the log has grown past
+    /// ``checkpointFrames(indexBytes:capacity:)``,
     /// and runs one on the committer when it is past ``walFrameLimit`` (held: the committer lock).
     private func scheduleCheckpoint(_ index: IndexDatabase) {
         let frames = index.walFrames
-        guard frames >= Self.checkpointFrames else { return }
+        guard frames >= Self.minimumCheckpointFrames else { return }
+        let indexBytes = SystemCall.fileSize(directory + "/index.sqlite") ?? 0
+        guard frames >= Self.checkpointFrames(indexBytes: indexBytes, capacity: configuration.capacity) else { return }
         if frames >= Self.walFrameLimit {
             // Best effort, as SQLite's automatic checkpoint: a failure leaves the log to the next try.
             _ = try? index.checkpointPassively()

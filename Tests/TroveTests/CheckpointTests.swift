@@ -60,7 +60,7 @@ import TroveTestSupport
                     mostFrames = max(mostFrames, try store.withIndex { $0.walFrames })
                 }
             }
-            #expect(mostFrames > Store.checkpointFrames, "the committer checkpointed before its limit")
+            #expect(mostFrames > Store.maximumCheckpointFrames, "the committer checkpointed before its limit")
             #expect(largest <= Int64(Store.walFrameLimit + 4_000) * Self.frameBytes, "the log grew to \(largest) bytes")
             #expect(store.checkpointer.completedPasses == 0)
             for i in stride(from: 0, to: count, by: 11) { #expect(try store.data(for: key(i)) == Self.small(i)) }
@@ -105,13 +105,28 @@ import TroveTestSupport
         }
     }
 
+    /// The checkpoint threshold follows the index: SQLite's 1 000 frames for a small one (a
+    /// longer log gains it nothing and costs a small disk up to 12 MiB more), up to 4 000 for one
+    /// of as many pages, and never more than a sixteenth of the store's capacity.
+    @Test func theCheckpointThresholdFollowsTheIndexAndTheCapacity() {
+        let mib: Int64 = 1 << 20
+        #expect(Store.checkpointFrames(indexBytes: 0, capacity: nil) == 1_000)
+        #expect(Store.checkpointFrames(indexBytes: 240 * 1_024, capacity: nil) == 1_000)
+        #expect(Store.checkpointFrames(indexBytes: 10 * mib, capacity: nil) == 2_560)
+        #expect(Store.checkpointFrames(indexBytes: 25 * mib, capacity: nil) == 4_000)
+        #expect(Store.checkpointFrames(indexBytes: 250 * mib, capacity: nil) == 4_000)
+        #expect(Store.checkpointFrames(indexBytes: 250 * mib, capacity: 24 * mib) == 1_000)
+        #expect(Store.checkpointFrames(indexBytes: 250 * mib, capacity: 160 * mib) == 2_560)
+        #expect(Store.checkpointFrames(indexBytes: 250 * mib, capacity: 1_024 * mib) == 4_000)
+    }
+
     /// Compaction's TRUNCATE while the checkpointer runs its own checkpoint (which makes SQLite
     /// answer BUSY at once, without waiting): it is asked again, and the log is truncated.
     @Test func aCompactionPassTruncatesTheLogWhileTheCheckpointerWorks() async throws {
         try await withTemporaryDirectory { dir in
             let store = try openStore(dir) { $0.compactionInterval = nil }
             // Each round's puts take the log past the checkpointer's threshold.
-            let perRound = 2 * Store.checkpointFrames
+            let perRound = 2 * Store.maximumCheckpointFrames
             for round in 0..<5 {
                 for i in 0..<perRound { try store.put(Self.small(round * perRound + i), for: key(round * perRound + i)) }
                 try store.flush()
