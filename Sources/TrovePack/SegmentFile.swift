@@ -297,10 +297,7 @@ public final class SegmentFile: Sendable {
         return try readBlob(
             at: offset, payloadLength: payloadLength, hash: hash, id: id, trailing: PackFormat.Version2.recordHeaderSize
         ) { raw, at in
-            guard case .success(let header) = RecordCodec.headerV2(raw, format: format, segment: self.id, offset: at),
-                header.identity == identity, header.bodyLength == UInt64(body.count)
-            else { return false }
-            return body.withUnsafeBytes { XXH3.hash64($0, seed: format.bodySeed(.link)) } == header.bodyChecksum
+            intactHeader(raw, at: at).map { isLink($0, identity: identity, body: body) } ?? false
         }
     }
 
@@ -441,9 +438,14 @@ public final class SegmentFile: Sendable {
     /// - Throws: ``PackError/Code/io`` when the read fails.
     public func holdsLink(at offset: UInt64, identity: RecordIdentity, body: [UInt8]) throws -> Bool? {
         guard format.version == 2 else { return nil }
-        guard let header = try intactHeader(at: offset), header.identity == identity, header.bodyLength == UInt64(body.count)
-        else { return false }
-        return body.withUnsafeBytes { XXH3.hash64($0, seed: format.bodySeed(.link)) } == header.bodyChecksum
+        return try intactHeader(at: offset).map { isLink($0, identity: identity, body: body) } ?? false
+    }
+
+    /// Whether `header` is that of a link with `identity` whose body is exactly `body` (the
+    /// body checksum it stores matches `body`'s only if the bodies are equal).
+    private func isLink(_ header: RecordHeader, identity: RecordIdentity, body: [UInt8]) -> Bool {
+        header.identity == identity && header.bodyLength == UInt64(body.count)
+            && body.withUnsafeBytes { XXH3.hash64($0, seed: format.bodySeed(.link)) } == header.bodyChecksum
     }
 
     /// Whether an intact record header with `identity` and a body of `bodyLength` bytes is at
@@ -466,11 +468,15 @@ public final class SegmentFile: Sendable {
         let n = try raw.withUnsafeMutableBytes { b in
             try SystemCall.pread(descriptor, into: b, at: offset, path: path, faults: faults)
         }
-        guard n == raw.count,
-            case .success(let header) = raw.withUnsafeBytes({
-                RecordCodec.headerV2($0, format: format, segment: id, offset: offset)
-            })
-        else { return nil }
+        guard n == raw.count else { return nil }
+        return raw.withUnsafeBytes { intactHeader($0, at: offset) }
+    }
+
+    /// The version-2 record header in `raw` (read at `offset`) if it is intact.
+    private func intactHeader(_ raw: UnsafeRawBufferPointer, at offset: UInt64) -> RecordHeader? {
+        guard case .success(let header) = RecordCodec.headerV2(raw, format: format, segment: id, offset: offset) else {
+            return nil
+        }
         return header
     }
 

@@ -187,8 +187,8 @@ extension Store {
     static let walFrameLimit = 8_000
 
     /// After a commit: asks for a checkpoint when the log has grown past
-    /// ``checkpointFrames(indexBytes:capacity:)``,
-    /// and runs one on the committer when it is past ``walFrameLimit`` (held: the committer lock).
+    /// ``checkpointFrames(indexBytes:capacity:)``, and runs one on the committer when it is past
+    /// ``walFrameLimit`` (held: the committer lock).
     private func scheduleCheckpoint(_ index: IndexDatabase) {
         let frames = index.walFrames
         guard frames >= Self.minimumCheckpointFrames else { return }

@@ -9,8 +9,8 @@ import TroveIndex
 /// on the committer thread, copying every page of the log into the database between two fsyncs
 /// — every second or third cycle of a stream of puts was three times as slow as the others.
 /// Here the committer's connection only counts the log (``IndexDatabase/takeOverCheckpoints()``)
-/// and, past ``Store/checkpointFrames(indexBytes:capacity:)``, wakes this thread, whose own connection copies what no
-/// reader still needs without waiting for any lock. A checkpoint that fails (a full disk) is
+/// and, past ``Store/checkpointFrames(indexBytes:capacity:)``, wakes this thread, whose own
+/// connection copies what no reader still needs without waiting for any lock. A checkpoint that fails (a full disk) is
 /// left for the next request, as SQLite leaves a failed automatic one; the log keeps growing
 /// meanwhile, until the committer checkpoints itself at ``Store/walFrameLimit``.
 ///
