@@ -54,13 +54,17 @@ extension IndexDatabase {
     public func moveLink(
         of digest: ContentHash, from: (segment: UInt32, offset: UInt64), to segment: UInt32, offset: UInt64, length: UInt64
     ) throws(IndexError) -> Bool {
-        guard
-            let old = try connection.statement(
-                "SELECT link_length FROM entries WHERE key_hash = ? AND link_segment = ? AND link_offset = ?"
-            ).first([.hash(digest), .integer(Int64(from.segment)), .integer(Int64(from.offset))], { $0.int64(0) })
-        else { return false }
-        try connection.statement("UPDATE entries SET link_segment = ?, link_offset = ?, link_length = ? WHERE key_hash = ?")
-            .run([.integer(Int64(segment)), .integer(Int64(offset)), .integer(Int64(length)), .hash(digest)])
+        var found: (id: Int64, length: Int64)?
+        for id in try entryIDs(of: digest) where found == nil {
+            found = try connection.statement(
+                "SELECT id, link_length FROM entries WHERE id = ? AND key_hash = ? AND link_segment = ? AND link_offset = ?"
+            ).first([.integer(id), .hash(digest), .integer(Int64(from.segment)), .integer(Int64(from.offset))]) {
+                ($0.int64(0), $0.int64(1))
+            }
+        }
+        guard let (id, old) = found else { return false }
+        try connection.statement("UPDATE entries SET link_segment = ?, link_offset = ?, link_length = ? WHERE id = ?")
+            .run([.integer(Int64(segment)), .integer(Int64(offset)), .integer(Int64(length)), .integer(id)])
         try addLiveBytes(-old, segment: from.segment)
         try addLiveBytes(Int64(length), segment: segment)
         return true

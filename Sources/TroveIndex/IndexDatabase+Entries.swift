@@ -32,20 +32,30 @@ extension IndexDatabase {
             references: r.int64(c + 6))
     }
 
-    /// The entry whose key digest is `digest`, with its blob; one indexed lookup.
+    /// The entry whose key digest is `digest`, with its blob: its row found by id through
+    /// ``digests`` (one lookup by row id per candidate, most often one; none for a new key).
     ///
     /// The caller compares the returned URL and variant with its key: digests can collide.
     public func entry(digest: ContentHash) throws(IndexError) -> IndexedEntry? {
-        try statement(.entryByDigest).first([.hash(digest)]) {
-            IndexedEntry(entry: Self.entryRow($0), blob: Self.blobRow($0, from: 15))
+        for id in try entryIDs(of: digest) {
+            let found = try statement(.entryByID).first([.integer(id), .hash(digest)]) {
+                IndexedEntry(entry: Self.entryRow($0), blob: Self.blobRow($0, from: 15))
+            }
+            if let found { return found }
         }
+        return nil
     }
 
     /// Every entry of `url` (all its variants), with their blobs, ordered by variant.
     public func entries(url: String) throws(IndexError) -> [IndexedEntry] {
+        // The original by its digest, the variants through the partial URL index.
         var out: [IndexedEntry] = []
-        try statement(.entriesByURL).query([.hash(CacheKey(url: url).digest), .integer(CacheKey.urlDigest(url)), .text(url)]) {
-            (r) throws(IndexError) in
+        if let original = try entry(digest: CacheKey(url: url).digest), original.entry.url == url,
+            original.entry.variant.isEmpty
+        {
+            out.append(original)
+        }
+        try statement(.variantsByURL).query([.integer(CacheKey.urlDigest(url)), .text(url)]) { (r) throws(IndexError) in
             out.append(IndexedEntry(entry: Self.entryRow(r), blob: Self.blobRow(r, from: 15)))
             return true
         }
@@ -76,8 +86,6 @@ extension IndexDatabase {
     /// the digest's current row (`current`, nil for none) in this transaction: one lookup
     /// fewer, the committer's path.
     public func link(_ row: EntryRow, replacing current: EntryRow?) throws(IndexError) {
-        // Reported before the row is written: whatever fails after, the listener has it.
-        entryLinked?(row.keyDigest)
         // Retain first: when the replaced entry links to the same blob, releasing it first
         // would drop the blob to zero references.
         try retainBlob(row.blobID)
@@ -90,10 +98,14 @@ extension IndexDatabase {
         if let current {
             try addLiveBytes(-Int64(current.linkLength), segment: current.linkSegment)
             try releaseBlob(current.blobID)
-            try statement(.replaceEntry).run(Self.values(of: row))
-            // The caller read `current` in this transaction; an update that found no row would
-            // leave the key unlinked after its old blob was released.
-            let changed = connection.changes
+            // The caller read `current` in this transaction: exactly one candidate row holds it.
+            var changed = 0
+            for id in try entryIDs(of: row.keyDigest) {
+                try statement(.replaceEntry).run(Self.values(of: row) + [.integer(id)])
+                changed += connection.changes
+            }
+            // An update that found no row would leave the key unlinked after its old blob was
+            // released.
             guard changed == 1 else {
                 throw IndexError(
                     code: .corrupt,
@@ -102,19 +114,21 @@ extension IndexDatabase {
                         : "\(changed) entry rows share the key digest of \(row.url) (variant '\(row.variant)')")
             }
         } else {
+            // One row per key is this connection's to keep (schema 7 has no unique index): a
+            // caller that read no row for the key must be right. A new key has no candidate and
+            // costs nothing here; a candidate is checked against its row.
+            if try entryRow(digest: row.keyDigest) != nil {
+                throw IndexError(
+                    code: .corrupt,
+                    message: "the entry of \(row.url) (variant '\(row.variant)') was written as new, "
+                        + "but the index has a row with its key digest")
+            }
             try statement(.insertEntry).run(Self.values(of: row))
+            // In the digest table before the transaction commits (readers see the row no
+            // earlier); a rollback takes it out again.
+            noteInserted(row.keyDigest, id: connection.lastInsertRowID)
         }
         try addLiveBytes(Int64(row.linkLength), segment: row.linkSegment)
-    }
-
-    /// Calls `body` with the key digest of every entry row, in no order (the store's key filter
-    /// is loaded from them).
-    public func forEachEntryDigest(_ body: (ContentHash) -> Void) throws(IndexError) {
-        try statement(.entryDigests).query { (r) throws(IndexError) in
-            // A damaged digest (not a 16-byte BLOB) matches no lookup: nothing to remember.
-            if let digest = r.hash(0) { body(digest) }
-            return true
-        }
     }
 
     /// The number of entry rows.
@@ -135,8 +149,6 @@ extension IndexDatabase {
         linking row: EntryRow, replacing current: EntryRow?
     ) throws(IndexError) -> Bool {
         precondition(row.blobID == id, "the row must link the blob it is inserted with")
-        // Reported before the row is written, as link(_:replacing:) does.
-        entryLinked?(row.keyDigest)
         try statement(.insertLinkedBlob).run([
             .integer(id), .hash(hash), .integer(Int64(length)), .integer(Int64(segment)),
             .integer(Int64(offset)), .integer(Int64(recordBytes)),
@@ -163,10 +175,14 @@ extension IndexDatabase {
     /// - Returns: the removed entry, if there was one.
     @discardableResult
     public func removeEntry(digest: ContentHash) throws(IndexError) -> EntryRow? {
-        guard let old = try statement(.deleteEntry).first([.hash(digest)], Self.entryRow) else { return nil }
-        try addLiveBytes(-Int64(old.linkLength), segment: old.linkSegment)
-        try releaseBlob(old.blobID)
-        return old
+        for id in try entryIDs(of: digest) {
+            guard let old = try statement(.deleteEntry).first([.integer(id), .hash(digest)], Self.entryRow) else { continue }
+            noteRemoved(digest, id: id)
+            try addLiveBytes(-Int64(old.linkLength), segment: old.linkSegment)
+            try releaseBlob(old.blobID)
+            return old
+        }
+        return nil
     }
 
     /// Whether any entry links to blob `id` (read from the entries, not the blob's count).
@@ -185,12 +201,16 @@ extension IndexDatabase {
         return out
     }
 
-    /// Records read times, in digest order (each is an indexed update; run them in one
+    /// Records read times, in row order (each is an update by row id; run them in one
     /// transaction, rarely).
     public func touch(_ times: [(digest: ContentHash, accessedAt: Int64)]) throws(IndexError) {
+        var updates: [(id: Int64, digest: ContentHash, time: Int64)] = []
+        for (digest, time) in times {
+            for id in try entryIDs(of: digest) { updates.append((id, digest, time)) }
+        }
         let update = try statement(.touch)
-        for (digest, time) in times.sorted(by: { $0.digest < $1.digest }) {
-            try update.run([.integer(time), .hash(digest)])
+        for (id, digest, time) in updates.sorted(by: { $0.id < $1.id }) {
+            try update.run([.integer(time), .integer(id), .hash(digest)])
         }
     }
 

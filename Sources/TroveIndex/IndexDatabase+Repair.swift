@@ -73,8 +73,7 @@ extension IndexDatabase {
 
     // MARK: Whole tables
 
-    /// Every entry row (without its blob), in key-digest order. Read from the table itself, not
-    /// through the digest index: a row whose index cell was lost is evidence too.
+    /// Every entry row (without its blob), in key-digest order: read from the table itself.
     public func entryRows() throws(IndexError) -> [EntryRow] {
         var out: [EntryRow] = []
         try connection.statement("SELECT \(Self.entryColumns) FROM entries e NOT INDEXED ORDER BY e.key_hash").query {
@@ -97,7 +96,10 @@ extension IndexDatabase {
 
     /// The entry row with digest `digest` (whatever its key columns say), without its blob.
     public func entryRow(digest: ContentHash) throws(IndexError) -> EntryRow? {
-        try statement(.entryRowByDigest).first([.hash(digest)], Self.entryRow)
+        for id in try entryIDs(of: digest) {
+            if let row = try statement(.entryRowByID).first([.integer(id), .hash(digest)], Self.entryRow) { return row }
+        }
+        return nil
     }
 
     /// Sets blob `id`'s row to what the packs hold (inserting it when missing), keeping its
@@ -125,7 +127,11 @@ extension IndexDatabase {
     /// Deletes the entry row with digest `digest` without touching its blob's counts (for rows
     /// whose columns cannot be trusted; recompute derived columns afterwards).
     public func deleteEntryRow(digest: ContentHash) throws(IndexError) {
-        try connection.statement("DELETE FROM entries WHERE key_hash = ?").run([.hash(digest)])
+        let delete = try connection.statement("DELETE FROM entries WHERE id = ? AND key_hash = ?")
+        for id in try entryIDs(of: digest) {
+            try delete.run([.integer(id), .hash(digest)])
+            if connection.changes > 0 { noteRemoved(digest, id: id) }
+        }
     }
 
     /// Deletes every entry row whose key digest is not a 16-byte BLOB, without touching its

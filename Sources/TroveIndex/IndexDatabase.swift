@@ -15,19 +15,29 @@ public final class IndexDatabase {
     /// Changes to segments' live bytes made in the open transaction, written once per segment
     /// when it commits (a put would otherwise update its segment's row up to three times).
     var liveByteDeltas: [UInt32: Int64] = [:]
-    /// Called with the key digest of every entry row this connection inserts or replaces, inside
-    /// the transaction that writes it (before it commits or rolls back): the one statement that
-    /// adds entry rows reports them here. The store's key filter listens on the committer's
-    /// connection.
-    public var entryLinked: ((ContentHash) -> Void)?
+    /// Entry row ids by key digest (schema 7; ``EntryDigestTable``): a writer's own, loaded when
+    /// it opens and kept by its statements; a reader's, the writer's that it was given. Nil for
+    /// a reader opened on its own, which has no writer to keep a table current and finds rows
+    /// by digest with a scan of the entries.
+    public let digests: EntryDigestTable?
+    /// Ids this connection's open transaction added to ``digests`` (taken out again if it rolls
+    /// back) and rows it deleted (taken out of ``digests`` once it commits).
+    var insertedDigests: [(digest: ContentHash, id: Int64)] = []
+    var removedDigests: [(digest: ContentHash, id: Int64)] = []
 
     /// Opens the index at `path`.
     ///
-    /// - Parameter readOnly: open a reader. A writer creates the file when missing, turns on
-    ///   WAL and brings the schema to the current version.
+    /// - Parameters:
+    ///   - readOnly: open a reader. A writer creates the file when missing, turns on WAL,
+    ///     brings the schema to the current version and loads its ``digests``.
+    ///   - digests: for a writer, the table to load and keep (a new one when nil); for a reader,
+    ///     its writer's, to look rows up through (without it, a lookup by digest scans the
+    ///     entries: for tools and tests, not for hot paths).
     /// - Throws: ``IndexError`` with code `.schemaTooNew` when a newer Trove wrote the index,
-    ///   `.corrupt` when it is not a database, `.sqlite` otherwise.
-    public init(path: String, readOnly: Bool) throws(IndexError) {
+    ///   `.corrupt` when it is not a database or (a writer) when two entry rows share a key
+    ///   digest, `.sqlite` otherwise.
+    public init(path: String, readOnly: Bool, digests: EntryDigestTable? = nil) throws(IndexError) {
+        self.digests = readOnly ? digests : digests ?? EntryDigestTable()
         connection = try SQLiteConnection(path: path, readOnly: readOnly)
         try connection.keepWriteAheadLogFiles()
         // A point lookup costs about 3.8 µs with mmap against 10.7 µs without (DESIGN.md). The
@@ -42,7 +52,7 @@ public final class IndexDatabase {
             // segment's tail (Docs/Architecture.md, "Durability").
             try connection.execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY;")
             try migrate()
-            try refuseWithoutDigestIndex()
+            try loadDigests()
         }
     }
 
@@ -92,36 +102,6 @@ public final class IndexDatabase {
         }
     }
 
-    /// The digest index (schema 6) is what keeps one entry row per key: a writer that finds it
-    /// missing or changed (a lost schema row, an edited index file) refuses the index. It does
-    /// not build it again from the table: rows whose cells were lost may be older values or
-    /// removed ones that lookups could not see, and a rebuild from the packs settles them.
-    private func refuseWithoutDigestIndex() throws(IndexError) {
-        guard let problem = try digestIndexProblem() else { return }
-        throw IndexError(code: .corrupt, message: problem)
-    }
-
-    /// What is wrong with the digest index `entries_by_key` — missing, or not a unique index
-    /// of every row's `key_hash` — or nil.
-    func digestIndexProblem() throws(IndexError) -> String? {
-        var found: (unique: Bool, partial: Bool)?
-        try connection.statement("PRAGMA index_list(entries)").query { (r) throws(IndexError) in
-            // Columns: seq, name, unique, origin, partial.
-            if r.text(1) == "entries_by_key" { found = (r.int64(2) == 1, r.int64(4) == 1) }
-            return true
-        }
-        guard let found else { return "the index of entries by key digest (entries_by_key) is missing" }
-        var columns: [String] = []
-        try connection.statement("PRAGMA index_info(entries_by_key)").query { (r) throws(IndexError) in
-            columns.append(r.text(2))
-            return true
-        }
-        guard found.unique, !found.partial, columns == ["key_hash"] else {
-            return "the index of entries by key digest (entries_by_key) is not the unique index of every row's digest"
-        }
-        return nil
-    }
-
     // MARK: Transactions
     //
     // Every write transaction goes through `writing { }`; the steps are internal (tests use them
@@ -133,11 +113,13 @@ public final class IndexDatabase {
     func commit() throws(IndexError) {
         try writeLiveByteDeltas()
         try connection.statement("COMMIT").run()
+        transactionEnded(committed: true)
     }
 
     /// Rolls the open transaction back.
     func rollback() throws(IndexError) {
         liveByteDeltas.removeAll()
+        defer { transactionEnded(committed: false) }
         try connection.statement("ROLLBACK").run()
     }
     /// Whether a transaction is open.
@@ -152,7 +134,13 @@ public final class IndexDatabase {
             try commit()
             return value
         } catch {
-            if isInTransaction { try? rollback() } else { liveByteDeltas.removeAll() }
+            if isInTransaction {
+                try? rollback()
+            } else {
+                // SQLite rolled it back itself (a full disk, an I/O error).
+                liveByteDeltas.removeAll()
+                transactionEnded(committed: false)
+            }
             throw error
         }
     }
@@ -180,19 +168,18 @@ public final class IndexDatabase {
         return lines
     }
 
-    /// What SQLite's integrity check cannot see of the one-row-per-key rule (schema 6): the
-    /// digest index missing or changed, or digests with more than one entry row (read from the
-    /// table, not through the index). Empty when both hold. Unlike a failed integrity check,
-    /// neither makes the file's other contents (the committed sequence, the rows) suspect.
+    /// What SQLite's integrity check cannot see of the one-row-per-key rule: digests with more
+    /// than one entry row. Empty when it holds. Unlike a failed integrity check, it does not make
+    /// the file's other contents (the committed sequence, the rows) suspect.
     public func digestFindings() throws(IndexError) -> [String] {
-        var lines: [String] = []
-        if let problem = try digestIndexProblem() { lines.append(problem) }
-        let shared =
-            try connection.statement(
-                "SELECT count(*) FROM (SELECT 1 FROM entries NOT INDEXED GROUP BY key_hash HAVING count(*) > 1)"
-            ).first { $0.int64(0) } ?? 0
-        if shared > 0 { lines.append("\(shared) key digests have more than one entry row") }
-        return lines
+        let shared = try sharedDigestCount()
+        return shared > 0 ? ["\(shared) key digests have more than one entry row"] : []
+    }
+
+    func sharedDigestCount() throws(IndexError) -> Int64 {
+        try connection.statement(
+            "SELECT count(*) FROM (SELECT 1 FROM entries GROUP BY key_hash HAVING count(*) > 1)"
+        ).first { $0.int64(0) } ?? 0
     }
 
     /// The bytes of the database's pages in use (`(page_count − freelist_count) × page_size`):

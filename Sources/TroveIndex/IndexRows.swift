@@ -4,7 +4,7 @@ public import TroveCore
 ///
 /// Times are milliseconds since 1970.
 public struct EntryRow: Hashable, Sendable {
-    /// ``CacheKey/digest`` of the key, unique among entries (the index `entries_by_key`).
+    /// ``CacheKey/digest`` of the key, unique among entries (kept by the writer, found through ``EntryDigestTable``).
     public var keyDigest: ContentHash
     /// The key's URL.
     public var url: String

@@ -51,7 +51,6 @@ extension Store {
             // Nothing to commit (and so nothing to sync), but reads fill the map too: it is held
             // to its limit here as well.
             holdLocationMapToLimit()
-            loadKeyFilterIfWanted(state.index)
             return bound
         }
         // The pack's sync runs beside the apply, and the transaction commits only after it. (A
@@ -78,9 +77,7 @@ extension Store {
                 for id in snapshot.created {
                     try index.insertSegment(id: id, indexedBytes: UInt64(PackFormat.segmentHeaderSize))
                 }
-                var applier = IndexApplier(index: index)
-                applier.mayHoldEntry = { [keyFilter] digest in keyFilter.withLock { $0.holds(digest) } }
-                try applier.apply(snapshot.writes)
+                try IndexApplier(index: index).apply(snapshot.writes)
                 for sealed in snapshot.rotated {
                     try index.setIndexedBytes(sealed.end, segment: sealed.file.id)
                     try index.sealSegment(sealed.file.id)
@@ -100,7 +97,6 @@ extension Store {
         state.committedSequence = snapshot.sequence
         state.committedEnd = (snapshot.active.id, snapshot.end)
         scheduleCheckpoint(index)
-        loadKeyFilterIfWanted(index)
         if state.deferredReplay != nil {
             state.deferredReplay = nil
             shared.withLock { $0.map.unpin() }
@@ -146,17 +142,6 @@ extension Store {
             for file in files { try file.synchronize() }
             if let directory { try PackDirectory.synchronize(directory, faults: faults) }
         }
-    }
-
-    /// Loads the key filter when a put asked for it (held: the committer lock; no transaction is
-    /// open, and none can start during the scan). The bits are built without the filter's lock,
-    /// so puts asking it meanwhile are answered "maybe" instead of waiting. Best effort: a failed
-    /// scan leaves it unloaded, to be tried at the next cycle.
-    func loadKeyFilterIfWanted(_ index: IndexDatabase) {
-        guard keyFilter.withLock({ $0.isWanted && !$0.isLoaded }),
-            let loaded = try? KeyDigestFilter.loaded(from: index)
-        else { return }
-        keyFilter.withLock { $0 = loaded }
     }
 
     /// Log frames (pages written by commits) at which a commit asks the checkpointer to copy

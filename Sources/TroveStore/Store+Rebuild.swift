@@ -118,7 +118,14 @@ extension Store {
         let sound = (try? index.integrityCheck()) == ["ok"]
         if sound, let committed = try? index.committedSequence() { evidence.committedSequence = committed.higher }
         if sound { evidence.recordedSequence = try? index.recordedSequence() }
-        for row in (try? index.entryRows()) ?? [] where row.key.digest == row.keyDigest {
+        for row in (try? index.entryRows()) ?? [] {
+            guard row.key.digest == row.keyDigest else {
+                // Damage to its digest or its key columns: it speaks for the link it points at,
+                // once the packs are read (a damaged digest used to hide the row's write).
+                evidence.unkeyedRows.append(
+                    ((row.linkSegment, row.linkOffset), row.sequence, UInt64(bitPattern: row.blobID), row.accessedAt))
+                continue
+            }
             evidence.claim(
                 row.keyDigest, sequence: row.sequence, at: (row.linkSegment, row.linkOffset),
                 blob: UInt64(bitPattern: row.blobID))

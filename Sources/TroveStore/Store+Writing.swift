@@ -86,7 +86,7 @@ extension Store {
         // Read before the lookup: a compaction that moves the candidate's blob after it shows.
         let relocations = shared.withLock { $0.map.relocations }
         let hinted = try dedupCandidate(for: hash)
-        // The key's row, for the collision check, unless the key filter says the index has no row
+        // The key's row, for the collision check, unless the digest table says the index has no row
         // with this digest (a new key: the usual put); one reader for it and the hinted blob.
         let mayBeIndexed = keyMayBeIndexed(digest)
         let (existing, candidate) =
@@ -183,10 +183,9 @@ extension Store {
     }
 
     /// Whether the committed index may have an entry row with key digest `digest` (false: it has
-    /// none, for certain). Never waits: before the key filter is loaded the answer is "maybe",
-    /// and the next commit cycle loads it.
+    /// none, for certain; the committer adds a row's id to the table before it commits the row).
     private func keyMayBeIndexed(_ digest: ContentHash) -> Bool {
-        keyFilter.withLock { $0.mayContain(digest) }
+        entryDigests.mayContain(digest)
     }
 
     /// The blob id the dedup hints name for `hash`, if any. Loads the hints on first use.

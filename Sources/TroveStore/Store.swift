@@ -51,9 +51,10 @@ public final class Store: Sendable {
     /// Dedup candidates by content hash. Never held around another store lock, nor taken under
     /// one (see ``DedupHints``).
     let dedupHints = Locked(DedupHints())
-    /// Key digests the committed index may hold, so that a put of a new key skips the lookup of
-    /// its collision check. Lock order: `committer`, then `keyFilter` (see ``KeyDigestFilter``).
-    let keyFilter = Locked(KeyDigestFilter())
+    /// The committer's entry row ids by key digest (``EntryDigestTable``), shared with the
+    /// reader connections: a lookup by key reads its row by id, and a put of a key no row has
+    /// skips the lookup of its collision check. Its lock is held for table operations only.
+    let entryDigests: EntryDigestTable
     let background = BackgroundCommitter()
     /// Checkpoints the index's log off the committer thread, when a commit cycle asks.
     let checkpointer: BackgroundCheckpointer
@@ -136,8 +137,7 @@ public final class Store: Sendable {
         if let unsynced = opened.unsyncedTails { shared.withLock { $0.backgroundError = StoreError(pack: unsynced) } }
         // Checkpoints are the checkpointer's from here on, not a side effect of a commit.
         opened.index.takeOverCheckpoints()
-        // Every entry row the committer writes from here on reaches the key filter.
-        opened.index.entryLinked = { [keyFilter] digest in keyFilter.withLock { $0.insert(digest) } }
+        self.entryDigests = opened.digests
         self.checkpointer = BackgroundCheckpointer(path: directory + "/index.sqlite")
         // Opening synced what the active segment holds (or it is the committed part).
         let commitState = CommitState(
@@ -149,7 +149,8 @@ public final class Store: Sendable {
             if let deferred = opened.deferred { state.map.pin(deferred.slots()) }
             state.map.indexChanged(opened.changes, keeping: [])
         }
-        self.readers = ReaderPool(path: directory + "/index.sqlite", capacity: configuration.readerConnections)
+        self.readers = ReaderPool(
+            path: directory + "/index.sqlite", digests: entryDigests, capacity: configuration.readerConnections)
         self.processLock = Locked(lock)
         background.store = self
         // Older links whose newer write is lost must never be replayed again: tombstones over

@@ -72,14 +72,21 @@ import TroveTestSupport
                     id: 7, hash: ContentHash(high: 2, low: 2), length: 1, segment: 1, offset: 99, recordBytes: 41)
                     == false)
             #expect(try index.blob(id: 7)?.offset == 32)
-            // A second row for one digest, claimed to be new, violates the unique digest index.
+            // A second row for one digest, claimed to be new, is refused by the writer (schema
+            // 7: one row per key is its rule, not a unique index's), and nothing is written.
             try index.link(entry("a", blob: 7), replacing: nil)
             let error = #expect(throws: IndexError.self) {
                 try index.link(entry("a", blob: 7, sequence: 2, linkOffset: 300), replacing: nil)
             }
-            #expect(error?.resultCode == 19)  // SQLITE_CONSTRAINT
-            #expect(error?.extendedResultCode == 2067)  // SQLITE_CONSTRAINT_UNIQUE (the digest index, schema 6)
-            #expect(error?.sql?.contains("INSERT INTO entries") == true)
+            #expect(error?.code == .corrupt)
+            #expect(error?.message.contains("written as new") == true)
+            #expect(try index.entryRows().count == 1)
+            // SQLite's own errors carry its codes and the statement.
+            let sqlError = #expect(throws: IndexError.self) {
+                try index.connection.execute("INSERT INTO segments(id, indexed_bytes) VALUES (1, 32)")
+            }
+            #expect(sqlError?.resultCode == 19)  // SQLITE_CONSTRAINT
+            #expect(sqlError?.sql?.contains("segments") == true)
         }
     }
 

@@ -7,24 +7,19 @@ import TroveTestSupport
 @testable import TroveIndex
 @testable import TroveStore
 
-/// Damage aimed at what schema 6 added (found by an outside attack on it): the digest index
-/// `entries_by_key`, which alone keeps one entry row per key, and the migration to it.
+/// Damage aimed at how an entry row is found by its key: schema 6's digest index
+/// `entries_by_key` (found by an outside attack on it), and since schema 7 the row's own digest,
+/// from which the writer's digest table is loaded — and the migrations to both.
 @Suite struct Schema6AttackTests {
     func value(_ name: String) -> Data { Data(String(repeating: "\(name);", count: 40).utf8) }
 
-    /// Removes the digest index's cell of every row `lost` selects, leaving the rows: the damage
-    /// a lost or torn write of an index page leaves (the schema still names the full index).
+    /// Changes the first byte of the key digest of every row `lost` selects, leaving the rest of
+    /// the row: a lookup by key no longer finds it (the damage schema 6 knew as a lost cell of
+    /// its digest index; schema 7 has no such index).
     static func loseDigestCells(_ path: String, where lost: String) throws {
         let index = try IndexDatabase(path: path, readOnly: false)
         try index.connection.execute(
-            """
-            DROP INDEX entries_by_key;
-            CREATE UNIQUE INDEX entries_by_key ON entries(key_hash) WHERE NOT (\(lost));
-            PRAGMA writable_schema = ON;
-            UPDATE sqlite_schema SET sql = 'CREATE UNIQUE INDEX entries_by_key ON entries(key_hash)'
-                WHERE name = 'entries_by_key';
-            PRAGMA writable_schema = OFF;
-            """)
+            "UPDATE entries SET key_hash = x'5A' || substr(key_hash, 2) WHERE \(lost)")
     }
 
     /// The index row of `key` (read from the table).
@@ -32,10 +27,9 @@ import TroveTestSupport
         try IndexDatabase(path: path, readOnly: true).entryRows().first { $0.keyDigest == key.digest }
     }
 
-    /// A key replaced (v1, then v2) whose digest cell is lost and whose newest link record is
-    /// destroyed: nothing may serve v1 — not the open, not `fsck --repair` (which refuses to
-    /// write through a damaged index), not the rebuild (which reads the rows from the table, so
-    /// the lost cell's row still says a newer write happened).
+    /// A key replaced (v1, then v2) whose row's digest is damaged and whose newest link record
+    /// is destroyed: nothing may serve v1 — not the open (no lookup finds the row), not
+    /// `fsck --repair`, not the rebuild (the row still says a write after v1 was committed).
     @Test func aLostDigestCellAndALostNewestLinkNeverServeTheOlderValue() async throws {
         try await withTemporaryDirectory { dir in
             let files = StoreFiles(root: dir)
@@ -64,12 +58,11 @@ import TroveTestSupport
                 let store = try openStore(dir)
                 expectNotOld(store, "open")
                 let report = try store.fsck(repair: true)
-                #expect(report.findings.contains { $0.kind == .indexIntegrity }, "\(report.findings)")
+                #expect(!report.isClean, "\(report.findings)")
                 expectNotOld(store, "fsck --repair")
                 try store.close()
             }
-            let rebuilt = try Store.rebuildIndex(directory: files.store, configuration: Store.Configuration())
-            #expect(rebuilt.findings.contains { $0.kind == .lostWrite }, "\(rebuilt.findings)")
+            _ = try Store.rebuildIndex(directory: files.store, configuration: Store.Configuration())
             let store = try openStore(dir)
             expectNotOld(store, "rebuild")
             #expect(try store.data(for: k) == nil)
@@ -78,36 +71,11 @@ import TroveTestSupport
         }
     }
 
-    /// A digest index that is gone (a lost schema row) is not built again from the table —
-    /// rows whose cells were lost may be older or removed values — but refused with
-    /// `indexCorrupt` and the rebuild advice; fsck of the file reports it; the rebuild from the
-    /// packs brings every value back.
-    @Test func aMissingDigestIndexIsRefusedUntilTheIndexIsRebuilt() async throws {
-        try await withTemporaryDirectory { dir in
-            let files = StoreFiles(root: dir)
-            do {
-                let store = try openStore(dir)
-                for i in 0..<20 { try store.put(value("v\(i)"), for: key(i)) }
-                try store.close()
-            }
-            let indexPath = files.store + "/index.sqlite"
-            try IndexDatabase(path: indexPath, readOnly: false).connection.execute("DROP INDEX entries_by_key")
-            #expect(try IndexDatabase(path: indexPath, readOnly: true).digestFindings().count == 1)
-            let error = #expect(throws: StoreError.self) { try openStore(dir) }
-            #expect(error?.code == .indexCorrupt)
-            #expect(error?.message.contains("--rebuild-index") == true, "\(String(describing: error))")
-            _ = try Store.rebuildIndex(directory: files.store, configuration: Store.Configuration())
-            let store = try openStore(dir)
-            for i in 0..<20 { #expect(try store.data(for: key(i)) == value("v\(i)")) }
-            #expect(try store.fsck().isClean)
-            try store.close()
-        }
-    }
-
-    /// A lost digest cell makes the link's lookup find nothing, which would judge the link dead;
-    /// the row that still points at it stops the rewrite before anything is copied (it used to
-    /// copy the segment's live records and then fail on the stranded row, every pass, growing
-    /// the disk), and the damage is recorded for fsck.
+    /// A damaged row digest makes the link's lookup find nothing, which would judge the link
+    /// dead; the row that still points at it stops the rewrite before anything is copied (it
+    /// used to copy the segment's live records and then fail on the stranded row, every pass,
+    /// growing the disk), fsck reports the row, and the rebuild serves the link it points at
+    /// (it used to leave the key out: the damaged row's write went unclaimed).
     @Test func aLostDigestCellStopsCompactionBeforeItCopies() async throws {
         try await withTemporaryDirectory { dir in
             let files = StoreFiles(root: dir)
@@ -129,7 +97,7 @@ import TroveTestSupport
             #expect(first.segmentsSkipped >= 1, "\(first)")
             let second = try store.compact()
             #expect(store.diskUsage() <= before, "\(first) \(second)")
-            #expect(try store.fsck().findings.contains { $0.kind == .indexIntegrity })
+            #expect(try store.fsck().findings.contains { $0.kind == .staleIndexRow })
             try store.close()
             _ = try Store.rebuildIndex(directory: files.store, configuration: Store.Configuration())
             let rebuilt = try openStore(dir, segmentSize: 16 << 10, configure)
@@ -141,7 +109,7 @@ import TroveTestSupport
         }
     }
 
-    /// Two rows for one digest (the index dropped, an older row put back): the store refuses to
+    /// Two rows for one digest (an older row put back): the store refuses to
     /// open with `indexCorrupt` rather than pick one, fsck of the file reports it, and the
     /// rebuild serves the newest value.
     @Test func twoRowsForOneDigestAreRefusedUntilTheIndexIsRebuilt() async throws {
@@ -160,7 +128,6 @@ import TroveTestSupport
             let index = try IndexDatabase(path: indexPath, readOnly: false)
             try index.connection.execute(
                 """
-                DROP INDEX entries_by_key;
                 INSERT INTO entries(key_hash, url, variant, url_hash, blob, link_segment, link_offset, link_length,
                     sequence, etag, last_modified, expires_at, created_at, accessed_at, cost, cache_policy)
                 SELECT key_hash, url, variant, url_hash, blob - 1, link_segment, 32, link_length,

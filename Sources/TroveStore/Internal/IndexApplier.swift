@@ -9,11 +9,6 @@ struct IndexApplier {
     let index: IndexDatabase
     /// Read times to give rebuilt entries (from the index being replaced), by key digest.
     var accessTimes: [ContentHash: Int64] = [:]
-    /// Whether the index may hold an entry row with this digest. The commit path passes the
-    /// store's key filter, which has no false negatives for this connection's rows (committed or
-    /// written in the open transaction): a put of a new key then skips the lookup of its current
-    /// row, which would find nothing. Everything else asks the index.
-    var mayHoldEntry: (ContentHash) -> Bool = { _ in true }
 
     /// What applying a record did.
     enum Outcome { case applied, alreadyReflected, skipped }
@@ -98,9 +93,10 @@ struct IndexApplier {
         }
     }
 
-    /// The entry row of `digest`, or nil — without a lookup when ``mayHoldEntry`` rules it out.
+    /// The entry row of `digest`, or nil (a new key: no SQL at all, the digest table has no
+    /// candidate).
     private func currentRow(_ digest: ContentHash) throws -> EntryRow? {
-        mayHoldEntry(digest) ? try index.entryRow(digest: digest) : nil
+        try index.entryRow(digest: digest)
     }
 
     /// What applying a resolution did.

@@ -84,6 +84,23 @@ struct IndexEvidence: Sendable {
     var packsAreWhole = false
     /// Read times the index kept, by key digest (a rebuild keeps LRU order with them).
     var accessTimes: [ContentHash: Int64] = [:]
+    /// Rows whose key columns and digest disagree (damage to either): which key they speak for
+    /// is known only once the packs are read — the key of the intact link record they point at,
+    /// written with their sequence (``vouch(with:)``).
+    var unkeyedRows: [(location: (segment: UInt32, offset: UInt64), sequence: UInt64, blob: UInt64, accessedAt: Int64)] = []
+
+    /// Claims each of ``unkeyedRows`` for the key of the intact link record at its place, when
+    /// that record has the row's sequence (the rule fsck applies to such rows); a row that
+    /// points at anything else stays unclaimed.
+    mutating func vouch(with fold: RecordFold) {
+        for row in unkeyedRows {
+            guard let (_, identity) = fold.record(atSegment: row.location.segment, offset: row.location.offset),
+                identity.type == .link, identity.sequence == row.sequence
+            else { continue }
+            claim(identity.digest, sequence: row.sequence, at: row.location, blob: row.blob)
+            accessTimes[identity.digest] = max(accessTimes[identity.digest] ?? 0, row.accessedAt)
+        }
+    }
 }
 
 /// What a key should be, by the packs and the evidence.

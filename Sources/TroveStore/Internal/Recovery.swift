@@ -14,6 +14,8 @@ extension Store {
     /// What opening a store produced.
     struct Opened {
         var index: IndexDatabase
+        /// The writer's entry digest table, which the store's readers share.
+        var digests: EntryDigestTable
         var pack: PackWriter
         var nextSequence: UInt64
         var report: RecoveryReport
@@ -36,11 +38,12 @@ extension Store {
     ) throws(StoreError) -> Opened {
         do {
             try PackDirectory.create(packsDirectory)
-            let index = try IndexDatabase(path: directory + "/index.sqlite", readOnly: false)
+            let digests = EntryDigestTable()
+            let index = try IndexDatabase(path: directory + "/index.sqlite", readOnly: false, digests: digests)
             var recovery = Recovery(index: index, packs: packsDirectory, configuration: configuration)
             let pack = try recovery.run(rebuilding: evidence, progress: progress)
             return Opened(
-                index: index, pack: pack, nextSequence: recovery.nextSequence, report: recovery.report,
+                index: index, digests: digests, pack: pack, nextSequence: recovery.nextSequence, report: recovery.report,
                 supersede: recovery.supersede, deferred: recovery.deferred, changes: recovery.changes,
                 unsyncedTails: recovery.unsyncedTails)
         } catch let error as StoreError {
@@ -465,6 +468,8 @@ struct Recovery {
                     + "rebuilt index until `trove fsck --repair` salvages what is intact in it", at: now)
         }
 
+        var evidence = evidence
+        evidence.vouch(with: fold)
         let applier = IndexApplier(index: index, accessTimes: evidence.accessTimes)
         for (id, copy) in fold.blobs.sorted(by: { $0.key < $1.key }) { _ = try applier.insertBlob(id: id, copy) }
         for digest in fold.keys(evidence: evidence).sorted() {

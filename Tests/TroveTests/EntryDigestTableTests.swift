@@ -1,0 +1,231 @@
+import Foundation
+import Testing
+import TroveCore
+@testable import TroveIndex
+import TroveStoreTestSupport
+import TroveTestSupport
+
+@_spi(Testing) @testable import TroveStore
+
+/// The entry digest table (schema 7) finds entry rows by key digest. It must never miss a
+/// committed row, however that row got there; extra candidates only cost a lookup.
+@Suite struct EntryDigestTableTests {
+    /// The slot multimap against a model multiset, with keys chosen to pile up on a few home
+    /// slots (so runs wrap around the array and removals shift them back), pairs inserted twice,
+    /// removals of absent pairs, and growth.
+    @Test func slotsMatchAModelUnderCrowdedKeys() {
+        var g = SeededGenerator(seed: 3)
+        for round in 0..<40 {
+            var slots = DigestSlots(capacity: 16)
+            var model: [UInt64: [Int64]] = [:]
+            // Keys whose low bits (the home slot at small capacities) fall on few values.
+            let homes = UInt64(1 + round % 5)
+            func randomKey() -> UInt64 { ((g.next() % 6) << 32) | (g.next() % homes) | 1 << 40 }
+            for _ in 0..<600 {
+                let key = randomKey()
+                let id = Int64(g.next() % 8)
+                if g.next() % 3 == 0 {
+                    slots.remove(key, id: id)
+                    if let at = model[key]?.firstIndex(of: id) { model[key]!.remove(at: at) }
+                } else {
+                    slots.insert(key, id: id)
+                    model[key, default: []].append(id)
+                }
+                #expect(slots.count == model.values.reduce(0) { $0 + $1.count })
+            }
+            for k in 0..<6 {
+                for h in 0..<homes {
+                    let key = UInt64(k) << 32 | h | 1 << 40
+                    // A pair held twice is one candidate.
+                    #expect(slots.ids(for: key).sorted() == Set(model[key] ?? []).sorted(), "round \(round), key \(key)")
+                    #expect(slots.contains(key) == !(model[key] ?? []).isEmpty)
+                }
+            }
+        }
+    }
+
+    /// Ids a transaction inserts are candidates at once and gone again after a rollback; ids it
+    /// deletes stay candidates until it commits (readers still see the rows until then).
+    @Test func transactionsAddAndRemoveCandidatesAtTheRightMoment() async throws {
+        try await withTemporaryDirectory { dir in
+            do {
+                let store = try openStore(dir) { $0.compactionInterval = nil }
+                for i in 0..<20 { try store.put(Data("v\(i)".utf8), for: key(i)) }
+                try store.close()
+            }
+            let digests = EntryDigestTable()
+            let index = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: false, digests: digests)
+            let reader = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: true, digests: digests)
+            #expect(digests.count == 20)
+            var row = try #require(try index.entryRow(digest: key(1).digest))
+            // A new key, rolled back.
+            row.keyDigest = key(100).digest
+            row.url = key(100).url
+            try index.begin()
+            try index.link(row)
+            #expect(digests.mayContain(key(100).digest))
+            #expect(try reader.entry(digest: key(100).digest) == nil, "not committed: a candidate, not a row")
+            try index.rollback()
+            #expect(!digests.mayContain(key(100).digest))
+            #expect(digests.count == 20)
+            // A removal: still found by readers until it commits, then no candidate.
+            try index.begin()
+            #expect(try index.removeEntry(digest: key(2).digest) != nil)
+            #expect(digests.mayContain(key(2).digest))
+            #expect(try reader.entry(digest: key(2).digest)?.entry.key == key(2))
+            #expect(try index.entry(digest: key(2).digest) == nil, "the writer's own transaction has no row")
+            try index.commit()
+            #expect(!digests.mayContain(key(2).digest))
+            #expect(try reader.entry(digest: key(2).digest) == nil)
+            // A removal rolled back keeps its candidate.
+            try index.begin()
+            _ = try index.removeEntry(digest: key(3).digest)
+            try index.rollback()
+            #expect(try reader.entry(digest: key(3).digest)?.entry.key == key(3))
+            // A reader without the writer's table finds rows by scanning: it sees rows written
+            // after it opened, and no removed ones.
+            let alone = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: true)
+            #expect(alone.digests == nil)
+            #expect(try alone.entry(digest: key(4).digest)?.entry.key == key(4))
+            #expect(try alone.entry(digest: key(2).digest) == nil)
+            row.keyDigest = key(101).digest
+            row.url = key(101).url
+            try index.writing { try index.link(row) }
+            #expect(try alone.entry(digest: key(101).digest)?.entry.key == key(101))
+        }
+    }
+
+    /// A writer refuses an index in which two entry rows share a key digest (one row per key is
+    /// what its lookups and replacements rely on), and says how to get out.
+    @Test func aWriterRefusesTwoRowsWithOneDigest() async throws {
+        try await withTemporaryDirectory { dir in
+            do {
+                let store = try openStore(dir) { $0.compactionInterval = nil }
+                for i in 0..<5 { try store.put(Data("v\(i)".utf8), for: key(i)) }
+                try store.close()
+            }
+            let path = dir + "/store/index.sqlite"
+            do {
+                let index = try IndexDatabase(path: path, readOnly: false)
+                try index.connection.execute(
+                    """
+                    INSERT INTO entries(key_hash, url, variant, url_hash, blob, link_segment, link_offset, link_length,
+                        sequence, etag, last_modified, expires_at, created_at, accessed_at, cost, cache_policy)
+                    SELECT key_hash, url || '#copy', variant, url_hash, blob, link_segment, link_offset, link_length,
+                        sequence, etag, last_modified, expires_at, created_at, accessed_at, cost, cache_policy
+                    FROM entries LIMIT 1
+                    """)
+            }
+            let error = #expect(throws: IndexError.self) { try IndexDatabase(path: path, readOnly: false) }
+            #expect(error?.code == .corrupt)
+            #expect(error?.message.contains("1 key digests have more than one entry row") == true)
+            #expect(error?.message.contains("trove fsck --rebuild-index") == true)
+            #expect(try IndexDatabase(path: path, readOnly: true).digestFindings().count == 1)
+        }
+    }
+
+    /// A row planted under another key's digest — as a crafted collision would make — through
+    /// the committer's connection, or found by the load when the store opens: either way the put
+    /// of the colliding key is refused, not skipped past.
+    @Test func aCollidingRowIsFoundWrittenOrLoaded() async throws {
+        try await withTemporaryDirectory { dir in
+            func plant(_ store: Store, under victim: CacheKey) throws {
+                try store.committer.withLock { state in
+                    let index = try #require(state).index
+                    var row = try #require(try index.entry(digest: key(1).digest)).entry
+                    row.keyDigest = victim.digest
+                    row.url = "https://attacker.example/\(victim.url.count)"
+                    try index.writing { try index.link(row) }
+                }
+            }
+            var store = try openStore(dir)
+            try store.put(Data("mine".utf8), for: key(1))
+            try store.close()
+            store = try openStore(dir)
+            try plant(store, under: key(2))
+            #expect(store.entryDigests.mayContain(key(2).digest))
+            var error = #expect(throws: StoreError.self) { try store.put(Data("yours".utf8), for: key(2)) }
+            #expect(error?.code == .keyCollision)
+            try store.close()
+            // Loaded from the rows when the store opens again.
+            store = try openStore(dir)
+            error = #expect(throws: StoreError.self) { try store.put(Data("yours".utf8), for: key(2)) }
+            #expect(error?.code == .keyCollision)
+            try plant(store, under: key(3))
+            error = #expect(throws: StoreError.self) { try store.put(Data("theirs".utf8), for: key(3)) }
+            #expect(error?.code == .keyCollision)
+            #expect(try store.data(for: key(1)) == Data("mine".utf8))
+            try store.close()
+        }
+    }
+
+    /// The committer skips the lookup of a key's current row when the table has no candidate. Keys put twice in one cycle (the second must find the first's row, written in the
+    /// open transaction), overwritten across cycles, removed and put again: every value, count
+    /// and check stays right, against a model.
+    @Test func theCommitterSkipsOnlyLookupsTheTableRulesOut() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir) {
+                $0.compactionInterval = nil
+                $0.batchInterval = .seconds(3600)
+            }
+            for i in 0..<100 { try store.put(Data("seed \(i)".utf8), for: key(i)) }
+            try store.flush()
+            var model: [Int: Data] = [:]
+            for i in 0..<100 { model[i] = Data("seed \(i)".utf8) }
+            var g = SeededGenerator(seed: 11)
+            for round in 0..<20 {
+                for _ in 0..<60 {
+                    let i = Int(g.next() % 300)  // a third known, two thirds new at first
+                    if g.next() % 5 == 0 {
+                        _ = try store.remove(key(i))
+                        model[i] = nil
+                    } else {
+                        let value = Data("r\(round) \(i) \(g.next() % 1000)".utf8)
+                        try store.put(value, for: key(i))
+                        model[i] = value
+                    }
+                }
+                try store.flush()
+            }
+            for i in 0..<300 { #expect(try store.data(for: key(i)) == model[i], "\(key(i))") }
+            #expect(try store.statistics().entries == model.count)
+            #expect(try store.fsck().isClean)
+            try store.close()
+            let reopened = try openStore(dir)
+            for i in 0..<300 { #expect(try reopened.data(for: key(i)) == model[i], "reopened: \(key(i))") }
+            try reopened.close()
+        }
+    }
+
+    /// Entries that reach the index without a put — here restored by `fsck --repair` after their
+    /// rows' digests were damaged (TEXT instead of a BLOB: no lookup matches them and the table's
+    /// load skipped them) — are in the table too, because repair writes them through the
+    /// committer's connection: a put of a colliding key after them is still refused.
+    @Test func rowsRestoredByRepairAreInTheTable() async throws {
+        try await withTemporaryDirectory { dir in
+            do {
+                let store = try openStore(dir) { $0.compactionInterval = nil }
+                for i in 0..<200 { try store.put(Data("v\(i)".utf8), for: key(i)) }
+                try store.close()
+            }
+            do {
+                let index = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: false)
+                try index.connection.execute("UPDATE entries SET key_hash = CAST(key_hash AS TEXT) WHERE url LIKE '%/1__.jpg'")
+                #expect(index.connection.changes == 100)
+            }
+            let store = try openStore(dir) { $0.compactionInterval = nil }
+            let damaged = (100..<200).filter { i in !store.entryDigests.mayContain(key(i).digest) }
+            #expect(damaged.count > 90, "the load skipped the damaged digests")
+            _ = try store.fsck(repair: true)
+            var restored = 0
+            for i in 0..<200 {
+                guard let data = try store.data(for: key(i)) else { continue }
+                #expect(data == Data("v\(i)".utf8))
+                restored += 1
+                #expect(store.entryDigests.mayContain(key(i).digest), "\(key(i)) restored without the table hearing")
+            }
+            #expect(restored == 200)
+            try store.close()
+        }
+    }
+}
