@@ -308,6 +308,7 @@ import TroveTestSupport
             guard let row = rows.randomElement(using: &g) else { return nil }
             let hex = row.keyDigest.bytes.map { String(format: "%02x", $0) }.joined()
             let other = rows.randomElement(using: &g)!
+            let otherHex = other.keyDigest.bytes.map { String(format: "%02x", $0) }.joined()
             let edits = [
                 "UPDATE entries SET blob = \(other.blobID) WHERE key_hash = x'\(hex)'",
                 "UPDATE entries SET url = url || 'x' WHERE key_hash = x'\(hex)'",
@@ -332,16 +333,19 @@ import TroveTestSupport
                 "UPDATE blobs SET refs = 0 WHERE id = \(row.blobID); "
                     + "UPDATE entries SET blob = \(other.blobID) WHERE key_hash = x'\(hex)'",
                 "UPDATE segments SET live_bytes = 0",
-                // Schema 6: the digest index loses the row's cell (a lost page write), or is gone.
+                // Schema 7: one row per key is the writer's to keep. A row takes another key's
+                // digest (two rows share it), an older copy of a row is put back beside it, a
+                // row's digest loses a byte (no lookup finds it), a row moves to another id.
+                "UPDATE entries SET key_hash = x'\(otherHex)' WHERE key_hash = x'\(hex)'",
                 """
-                DROP INDEX entries_by_key;
-                CREATE UNIQUE INDEX entries_by_key ON entries(key_hash) WHERE key_hash != x'\(hex)';
-                PRAGMA writable_schema = ON;
-                UPDATE sqlite_schema SET sql = 'CREATE UNIQUE INDEX entries_by_key ON entries(key_hash)'
-                    WHERE name = 'entries_by_key';
-                PRAGMA writable_schema = OFF;
+                INSERT INTO entries(key_hash, url, variant, url_hash, blob, link_segment, link_offset, link_length,
+                    sequence, etag, last_modified, expires_at, created_at, accessed_at, cost, cache_policy)
+                SELECT key_hash, url, variant, url_hash, \(other.blobID), link_segment, link_offset, link_length,
+                    sequence - 1, etag, last_modified, expires_at, created_at, accessed_at, cost, cache_policy
+                FROM entries WHERE key_hash = x'\(hex)'
                 """,
-                "DROP INDEX entries_by_key",
+                "UPDATE entries SET key_hash = x'5a' || substr(key_hash, 2) WHERE key_hash = x'\(hex)'",
+                "UPDATE entries SET id = id + 1000000 WHERE key_hash = x'\(hex)'",
             ]
             let edit = edits.randomElement(using: &g)!
             // An index already too damaged (by flips) to take the edit stays as it is.

@@ -20,8 +20,10 @@ final class ReaderPool: Sendable {
 
     /// Runs `body` with a connection of its own.
     func withReader<T>(_ body: (IndexDatabase) throws -> T) throws -> T {
-        let reader = try idle.withLock { $0.popLast() } ?? PooledReader(
-            index: IndexDatabase(path: path, readOnly: true, digests: digests))
+        let reader =
+            try idle.withLock { $0.popLast() }
+            ?? PooledReader(
+                index: IndexDatabase(path: path, readOnly: true, digests: digests))
         defer {
             idle.withLock { pool in
                 if pool.count < capacity { pool.append(reader) }
