@@ -8,7 +8,8 @@ extension IndexDatabase {
     /// Fills the writer's ``digests`` with every entry row's id by its key digest: one scan of
     /// the table. Rows whose digest is not a 16-byte BLOB match no lookup and are left out. Two
     /// rows with the same digest break the one-row-per-key rule that lookups and writes rely on:
-    /// the writer refuses the index (`.corrupt`, for `trove fsck --rebuild-index`).
+    /// the writer refuses the index (`.corrupt`, which the store reports with the advice to run
+    /// `trove fsck --rebuild-index`).
     func loadDigests() throws(IndexError) {
         guard let digests else { return }
         var pairs: [(key: UInt64, id: Int64)] = []
@@ -25,8 +26,7 @@ extension IndexDatabase {
         guard shared == 0 else {
             throw IndexError(
                 code: .corrupt,
-                message: "\(connection.path): \(shared) key digests have more than one entry row; "
-                    + "run `trove fsck --rebuild-index`")
+                message: "\(connection.path): \(shared) key digests have more than one entry row")
         }
     }
 

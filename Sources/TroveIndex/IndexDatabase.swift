@@ -63,6 +63,10 @@ public final class IndexDatabase {
 
     private func checkVersion() throws(IndexError) {
         let version = try schemaVersion()
+        // A damaged header (found by an outside attack: a negative version trapped the migration).
+        guard version >= 0 else {
+            throw IndexError(code: .corrupt, message: "\(connection.path) has schema version \(version), which no Trove writes")
+        }
         guard version <= IndexSchema.currentVersion else {
             throw IndexError(
                 code: .schemaTooNew,
@@ -84,6 +88,7 @@ public final class IndexDatabase {
         while version < IndexSchema.currentVersion {
             try connection.execute("BEGIN IMMEDIATE")
             do {
+                if version == 6 { try checkDigestIndexBeforeDroppingIt() }
                 try connection.execute(IndexSchema.migrations[version])
                 try connection.execute("PRAGMA user_version = \(version + 1)")
                 try connection.execute("COMMIT")
@@ -99,6 +104,29 @@ public final class IndexDatabase {
                     resultCode: error.resultCode, extendedResultCode: error.extendedResultCode, sql: error.sql)
             }
             version += 1
+        }
+    }
+
+    /// Before schema 7 drops the digest index, every row it should reach must be reachable
+    /// through it: schema 6 lookups could not see a row whose index cell was lost (an older or a
+    /// removed value, which the store wrote around), and dropping the index would make that row
+    /// the key's entry (found by an outside attack: a removed key's bytes served after the
+    /// migration). Such an index is refused, for a rebuild from the packs; a schema-6 writer
+    /// refused one whose digest index was missing or changed in the same way. One pass over the
+    /// rows with an index lookup each, once.
+    private func checkDigestIndexBeforeDroppingIt() throws(IndexError) {
+        let unreached =
+            try connection.statement(
+                """
+                SELECT count(*) FROM entries e NOT INDEXED WHERE NOT EXISTS
+                    (SELECT 1 FROM entries x INDEXED BY entries_by_key WHERE x.key_hash = e.key_hash AND x.id = e.id)
+                """
+            ).first { $0.int64(0) } ?? 0
+        guard unreached == 0 else {
+            throw IndexError(
+                code: .corrupt,
+                message: "\(unreached) entry rows are not reached through the digest index of schema 6 "
+                    + "(lost index cells: their values may be older or removed ones)")
         }
     }
 
@@ -178,7 +206,11 @@ public final class IndexDatabase {
 
     func sharedDigestCount() throws(IndexError) -> Int64 {
         try connection.statement(
-            "SELECT count(*) FROM (SELECT 1 FROM entries GROUP BY key_hash HAVING count(*) > 1)"
+            // Only digests a lookup can match: malformed ones are no key's (fsck deletes them).
+            """
+            SELECT count(*) FROM (SELECT 1 FROM entries WHERE typeof(key_hash) = 'blob' AND length(key_hash) = 16
+                GROUP BY key_hash HAVING count(*) > 1)
+            """
         ).first { $0.int64(0) } ?? 0
     }
 

@@ -51,6 +51,22 @@ import TroveTestSupport
         }
     }
 
+    /// A negative schema version (a damaged header) is refused as damage, by writers and
+    /// readers, not trapped on (found by an outside attack).
+    @Test func refusesANegativeSchemaVersion() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir + "/index.sqlite"
+            do {
+                let index = try IndexDatabase(path: path, readOnly: false)
+                try index.connection.execute("PRAGMA user_version = -1")
+            }
+            let error = #expect(throws: IndexError.self) { try IndexDatabase(path: path, readOnly: false) }
+            #expect(error?.code == .corrupt)
+            let readerError = #expect(throws: IndexError.self) { try IndexDatabase(path: path, readOnly: true) }
+            #expect(readerError?.code == .corrupt)
+        }
+    }
+
     @Test func refusesAFileThatIsNotADatabase() async throws {
         try await withTemporaryDirectory { dir in
             let path = dir + "/index.sqlite"
