@@ -15,6 +15,16 @@ public struct RecoveryReport: Hashable, Sendable {
         public var reason: String
     }
 
+    /// A link record a rebuild did not restore.
+    public struct UnrestoredLink: Hashable, Sendable {
+        /// Its key.
+        public var key: CacheKey
+        /// Where it is.
+        public var segment: UInt32
+        /// Its offset in `segment`.
+        public var offset: UInt64
+    }
+
     /// A file in `packs/` renamed or set aside.
     public struct MovedFile: Hashable, Sendable {
         /// Its name before.
@@ -37,6 +47,9 @@ public struct RecoveryReport: Hashable, Sendable {
     public var missingSegments: [UInt32] = []
     /// Entries dropped because their newest write cannot be read: a damaged record.
     public var droppedEntries: [CacheKey] = []
+    /// Links a rebuild did not restore: older than what the replaced index committed, with no
+    /// row of it for their key (a removal the packs no longer show, or a row the index lost).
+    public var unrestoredLinks: [UnrestoredLink] = []
     /// Segment files renamed to the id their header names (they had been renamed or swapped).
     public var renamedFiles: [MovedFile] = []
     /// Files moved out of the segment namespace (kept, never deleted): copies of a segment

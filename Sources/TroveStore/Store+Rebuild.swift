@@ -99,6 +99,16 @@ extension Store {
                     message: "segment \(tail.segment): a torn tail of \(tail.bytesRemoved) bytes was cut",
                     segment: tail.segment, offset: tail.validEnd, repaired: true))
         }
+        // What fsck reports of the same links (found by an outside attack: a deleted row's key
+        // went unmentioned by the rebuild).
+        for link in recovery.unrestoredLinks {
+            report.findings.append(
+                .init(
+                    kind: .unreflectedRecord,
+                    message: "\(link.key): the link at segment \(link.segment) offset \(link.offset) is older than what "
+                        + "the index committed and the index had no entry for it; not restored",
+                    segment: link.segment, offset: link.offset))
+        }
         for key in recovery.droppedEntries {
             report.findings.append(.init(kind: .lostWrite, message: "\(key): its newest write is lost; not served"))
         }

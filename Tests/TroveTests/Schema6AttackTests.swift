@@ -109,6 +109,30 @@ import TroveTestSupport
         }
     }
 
+    /// A row deleted from a sound index: the rebuild cannot tell its link from one whose
+    /// removal the packs no longer show, and does not restore it — but says so, as fsck does
+    /// (found by an outside attack: the rebuild reported the store clean).
+    @Test func aLinkTheRebuildDoesNotRestoreIsReported() async throws {
+        try await withTemporaryDirectory { dir in
+            let files = StoreFiles(root: dir)
+            do {
+                let store = try openStore(dir)
+                for i in 0..<3 { try store.put(value("v\(i)"), for: key(i)) }
+                try store.close()
+            }
+            try IndexDatabase(path: files.store + "/index.sqlite", readOnly: false).connection.execute(
+                "DELETE FROM entries WHERE url = '\(key(1).url)'")
+            let report = try Store.rebuildIndex(directory: files.store, configuration: Store.Configuration())
+            #expect(
+                report.findings.contains { $0.kind == .unreflectedRecord && $0.message.contains(key(1).url) },
+                "\(report.findings)")
+            let store = try openStore(dir)
+            #expect(try store.data(for: key(1)) == nil)
+            for i in [0, 2] { #expect(try store.data(for: key(i)) == value("v\(i)")) }
+            try store.close()
+        }
+    }
+
     /// Two rows for one digest (an older row put back): the store refuses to
     /// open with `indexCorrupt` rather than pick one, fsck of the file reports it, and the
     /// rebuild serves the newest value.

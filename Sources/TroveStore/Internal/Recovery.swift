@@ -476,6 +476,9 @@ struct Recovery {
             let resolution = fold.resolve(digest, evidence: evidence)
             let outcome = try applier.apply(resolution, digest: digest)
             if case .dropped(let key) = outcome { report.droppedEntries.append(key) }
+            if case .unreflected(let link, let location) = resolution {
+                report.unrestoredLinks.append(.init(key: link.key, segment: location.segment, offset: location.offset))
+            }
             if let change = outcome.change { changes.append(change) }
             if let superseded = resolution.supersededLink { supersede.append(superseded) }
         }
