@@ -191,14 +191,33 @@ extension Store {
     /// Appends a tombstone for each victim whose entry is still exactly the one selected: no
     /// newer write committed (same sequence in the index) and none queued (no slot saying
     /// otherwise). A key written meanwhile is never removed. Held: the committer lock.
+    ///
+    /// A victim whose row claims a sequence the store has not given yet (a damaged column) gets
+    /// no tombstone: the tombstone's lower sequence would not remove the row, which the next
+    /// batch would select again, forever, growing the pack (found by an outside attack). It is
+    /// recorded as damage for `trove fsck --repair` instead.
     func appendGuardedTombstones(for victims: [EntryRow], index: IndexDatabase) throws(StoreError) -> [EntryRow] {
-        try withAppender { (state) throws(StoreError) -> [EntryRow] in
+        var claimingTheFuture: [EntryRow] = []
+        defer {
+            for row in claimingTheFuture {
+                recordDamage(
+                    .staleIndexRow, segment: row.linkSegment, offset: row.linkOffset, end: row.linkOffset + row.linkLength,
+                    "the index row of \(row.key) claims sequence \(row.sequence), which the store has not given yet: "
+                        + "it cannot be evicted or expired until `trove fsck --repair` rebuilds it from its link record",
+                    in: index)
+            }
+        }
+        return try withAppender { (state) throws(StoreError) -> [EntryRow] in
             var removed: [EntryRow] = []
             for victim in victims {
                 let key = victim.key
                 let current: IndexedEntry?
                 do { current = try index.entry(digest: victim.keyDigest) } catch { throw StoreError(index: error) }
                 guard let current, current.entry.key == key, current.entry.sequence == victim.sequence else { continue }
+                guard victim.sequence < state.nextSequence else {
+                    claimingTheFuture.append(victim)
+                    continue
+                }
                 let queued = shared.withLock { shared -> Bool in
                     switch shared.map.slot(for: key) {
                     case .removed: return true

@@ -5,6 +5,7 @@ import TroveStoreTestSupport
 import TroveTestSupport
 
 @testable import TroveIndex
+@testable import TrovePack
 @testable import TroveStore
 
 /// Damage aimed at how an entry row is found by its key: schema 6's digest index
@@ -128,6 +129,34 @@ import TroveTestSupport
                 "\(report.findings)")
             let store = try openStore(dir)
             #expect(try store.data(for: key(1)) == nil)
+            for i in [0, 2] { #expect(try store.data(for: key(i)) == value("v\(i)")) }
+            try store.close()
+        }
+    }
+
+    /// A row whose sequence column claims a write the store has not made (here -1, read as the
+    /// largest sequence) cannot be removed by a tombstone, whose sequence is lower: expiring it
+    /// appended a tombstone per batch forever, growing the pack (found by an outside attack).
+    /// The pass ends, records the row as damage, and `fsck --repair` lets the next pass expire it.
+    @Test func aRowClaimingAFutureSequenceDoesNotMakeEvictionLoop() async throws {
+        try await withTemporaryDirectory { dir in
+            let files = StoreFiles(root: dir)
+            let configure = { (configuration: inout Store.Configuration) in configuration.compactionInterval = nil }
+            do {
+                let store = try openStore(dir, configure)
+                for i in 0..<3 { try store.put(value("v\(i)"), for: key(i)) }
+                try store.close()
+            }
+            try IndexDatabase(path: files.store + "/index.sqlite", readOnly: false).connection.execute(
+                "UPDATE entries SET sequence = -1, created_at = 1000 WHERE url = '\(key(1).url)'")
+            let store = try openStore(dir, configure)
+            let packs = PackDirectory.totalSize(in: files.store + "/packs")
+            let report = try store.compact(timeToLive: .seconds(86_400))
+            #expect(report.expiredEntries == 0, "\(report)")
+            #expect(PackDirectory.totalSize(in: files.store + "/packs") == packs, "no tombstone for the row")
+            #expect(try store.unrepairedDamage().contains { $0.kind == .staleIndexRow && $0.message.contains(key(1).url) })
+            _ = try store.fsck(repair: true)
+            #expect(try store.data(for: key(1)) == value("v1"))
             for i in [0, 2] { #expect(try store.data(for: key(i)) == value("v\(i)")) }
             try store.close()
         }
