@@ -32,6 +32,8 @@ extension Store {
     /// that segment, and in every older segment, is reflected by the index once it returns.
     @discardableResult
     func commitCycle(_ state: CommitState, flushReadTimes: Bool) throws(StoreError) -> (segment: UInt32, end: UInt64) {
+        groupCommit.cycleStarted()
+        defer { groupCommit.cycleEnded(committed: state.committedSequence) }
         let snapshot = appender.withLock { $0.snapshot() }
         let bound = (segment: snapshot.active.id, end: snapshot.end)
         let now = ContinuousClock.now

@@ -107,7 +107,7 @@ extension Store {
         var equal = candidate.flatMap { $0.hash == hash && $0.length == length && holds($0, bytes) ? $0 : nil }
         let now = configuration.clock()
         let expiresAt = try expiry(of: metadata, now: now)
-        let appended = try withAppender { (state) throws(StoreError) -> (UInt64, Int, Int64?)? in
+        let appended = try withAppender { (state) throws(StoreError) -> (QueuedWrite, Int64?)? in
             // Two records at most join the queue: refused when they would start back-pressure.
             if !mayWait, configuration.durability == .full || state.queue.count + 2 >= backPressureQueueLength {
                 return nil
@@ -174,11 +174,11 @@ extension Store {
                 lastModified: metadata.lastModified, expiresAt: link.expiresAt, createdAt: now, accessedAt: now,
                 cost: Int64(length), cachePolicy: metadata.cachePolicy)
             shared.withLock { $0.map.stored(IndexedEntry(entry: row, blob: blob), for: key) }
-            return (link.sequence, state.queue.count, appendedBlob)
+            return (state.queued(link.sequence), appendedBlob)
         }
-        guard let (sequence, queued, newBlob) = appended else { return nil }
+        guard let (queued, newBlob) = appended else { return nil }
         if let newBlob { dedupHints.withLock { $0.add(hash, id: newBlob) } }
-        try afterWrite(sequence: sequence, queued: queued)
+        try afterWrite(queued)
         return hash
     }
 
@@ -227,7 +227,7 @@ extension Store {
         let relocations = shared.withLock { $0.map.relocations }
         guard let found = try locate(key, noteRead: false, includingExpired: true) else { return false }
         if let contentHash, found.blob.hash != contentHash { return false }
-        enum Outcome { case written(sequence: UInt64, queued: Int), gone, blobMoving }
+        enum Outcome { case written(QueuedWrite), gone, blobMoving }
         let outcome = try withAppender { (state) throws(StoreError) -> Outcome in
             // The entry must still be the one found: a write or removal since wins.
             switch shared.withLock({ $0.map.slot(for: key) }) {
@@ -261,11 +261,11 @@ extension Store {
                 etag: metadata.etag, lastModified: metadata.lastModified, expiresAt: link.expiresAt, createdAt: now,
                 accessedAt: found.entry.accessedAt, cost: found.entry.cost, cachePolicy: metadata.cachePolicy)
             shared.withLock { $0.map.stored(IndexedEntry(entry: row, blob: found.blob), for: key) }
-            return .written(sequence: link.sequence, queued: state.queue.count)
+            return .written(state.queued(link.sequence))
         }
         switch outcome {
-        case .written(let sequence, let queued):
-            try afterWrite(sequence: sequence, queued: queued)
+        case .written(let queued):
+            try afterWrite(queued)
             return true
         case .gone:
             // Written or removed meanwhile: the newer write stands; look again.
@@ -361,15 +361,15 @@ extension Store {
     /// Appends a tombstone for each of `keys` that has an entry. Returns how many had one.
     func remove(_ keys: [CacheKey]) throws(StoreError) -> Int {
         var removed = 0
-        var last: (sequence: UInt64, queued: Int)?
+        var last: QueuedWrite?
         for key in keys {
             guard try locate(key, noteRead: false, includingExpired: true, verifying: false) != nil else { continue }
-            last = try withAppender { (state) throws(StoreError) -> (UInt64, Int) in
-                (try appendTombstone(for: key, to: state), state.queue.count)
+            last = try withAppender { (state) throws(StoreError) -> QueuedWrite in
+                state.queued(try appendTombstone(for: key, to: state))
             }
             removed += 1
         }
-        if let last { try afterWrite(sequence: last.sequence, queued: last.queued) }
+        if let last { try afterWrite(last) }
         return removed
     }
 
@@ -394,15 +394,22 @@ extension Store {
 
     /// After a write is queued: `full` commits it before returning (sharing one fdatasync with
     /// every write queued meanwhile: ``GroupCommit``); otherwise a full batch wakes the
-    /// committer, and a queue far behind makes the writer wait for a commit (back-pressure,
-    /// bounded memory).
-    private func afterWrite(sequence: UInt64, queued: Int) throws(StoreError) {
-        if configuration.durability == .full || queued >= backPressureQueueLength {
-            try groupCommit.waitForCommit(of: sequence) { () throws(StoreError) in
-                try commitPending(through: sequence)
-            }
-        } else if queued >= configuration.batchSize {
-            background.wake()
+    /// committer, and a queue at its bound makes the writer wait until the queue's oldest
+    /// writes are committed (back-pressure, bounded memory and un-synced window): the cycle in
+    /// flight, or one the writer leads when none is — not a cycle that covers its own write,
+    /// which would wait for two cycles (the one in flight, then its own) where one is enough.
+    private func afterWrite(_ write: QueuedWrite) throws(StoreError) {
+        let target: UInt64
+        if configuration.durability == .full {
+            target = write.sequence
+        } else if write.queueLength >= backPressureQueueLength {
+            target = write.oldestQueued
+        } else {
+            if write.queueLength >= configuration.batchSize { background.wake() }
+            return
+        }
+        try groupCommit.waitForCommit(of: target) { () throws(StoreError) in
+            try commitPending(through: target)
         }
     }
 

@@ -285,4 +285,55 @@ import TroveTestSupport
             }
         }
     }
+
+    /// Back-pressure bounds the queue, not a write's latency: a writer that finds the queue at
+    /// its bound (8 × `batchSize` records) while a cycle is in flight returns once that cycle
+    /// has committed the oldest writes — its own still queued — without waiting for the next
+    /// cycle, whose sync the test holds. (It used to wait for a cycle covering its own write:
+    /// the one in flight, then another.)
+    @Test func aWriterAtBackPressureWaitsForTheCycleInFlightOnly() async throws {
+        try await withTemporaryDirectory { dir in
+            try await offPool {
+                let held = HeldSync()
+                let store = try openStore(dir) {
+                    Self.configure(held)(&$0)
+                    $0.batchSize = 4
+                }
+                let value: @Sendable (Int) -> Data = { i in Data(testBytes(seed: UInt64(100 + i), count: 700)) }
+                try store.put(value(0), for: key(0))
+                held.armed.withLock { $0 = true }
+                let flushed = DispatchSemaphore(value: 0)
+                Thread.detachNewThread {
+                    _ = try? store.flush()
+                    flushed.signal()
+                }
+                // The cycle in flight: its snapshot holds key 0's two records, its sync is held.
+                held.started.wait()
+                var written = 1
+                while try store.putWithoutWaiting(value(written), for: key(written)) != nil { written += 1 }
+                #expect(store.appender.withLock { $0.queue.count } == 30)
+                let returned = DispatchSemaphore(value: 0)
+                let failure = Locked<(any Error)?>(nil)
+                Thread.detachNewThread {
+                    do { try store.put(value(100), for: key(100)) } catch { failure.withLock { $0 = error } }
+                    returned.signal()
+                }
+                #expect(returned.wait(timeout: .now() + .milliseconds(300)) == .timedOut, "back-pressure did not hold the writer")
+                // Every sync after this one stays held: only the cycle in flight can end.
+                held.release.signal()
+                #expect(flushed.wait(timeout: .now() + 30) == .success)
+                #expect(returned.wait(timeout: .now() + 30) == .success, "the writer waited for a cycle after the one in flight")
+                #expect(failure.withLock { $0 } == nil)
+                #expect(try Self.committedRow(dir, key(100)) == nil, "its own write is committed by a later cycle")
+                #expect(try Self.committedRow(dir, key(0)) != nil)
+                held.armed.withLock { $0 = false }
+                held.release.signal()  // a background cycle may be holding in its sync
+                try store.flush()
+                for i in 0..<written { #expect(try store.data(for: key(i)) == value(i)) }
+                #expect(try store.data(for: key(100)) == value(100))
+                #expect(try Self.committedRow(dir, key(100)) != nil)
+                try store.close()
+            }
+        }
+    }
 }

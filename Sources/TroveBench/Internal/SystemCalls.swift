@@ -113,6 +113,13 @@ enum FileTree {
         walk(root) { total += $0.allocated }
         return total
     }
+
+    /// Allocated bytes of the files under `root` whose names end with `suffix`.
+    static func allocatedBytes(under root: String, suffix: String) -> Int64 {
+        var total: Int64 = 0
+        walk(root) { if !$0.isDirectory && $0.path.hasSuffix(suffix) { total += $0.allocated } }
+        return total
+    }
 }
 
 /// A failure of a benchmark engine or workload.

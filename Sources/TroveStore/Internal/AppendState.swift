@@ -35,6 +35,8 @@ final class AppendState: @unchecked Sendable {
     var nextSequence: UInt64
     /// Appended, not yet committed.
     var queue: [PendingWrite] = []
+    /// Every write with a lower sequence number has left `queue` (committed and released).
+    private(set) var releasedSequence: UInt64
     /// Blobs in `queue`, by hash and length, for deduplication before they reach the index.
     var pendingBlobs: [PendingBlobKey: [BlobRow]] = [:]
     /// Segments sealed by rotation since the last commit, with their final length.
@@ -50,6 +52,7 @@ final class AppendState: @unchecked Sendable {
     init(pack: PackWriter, nextSequence: UInt64, format: SegmentFormat, faults: FaultInjector?) {
         self.pack = pack
         self.nextSequence = nextSequence
+        self.releasedSequence = nextSequence
         self.format = format
         self.faults = faults
     }
@@ -96,6 +99,17 @@ final class AppendState: @unchecked Sendable {
     }
 }
 
+/// A write just queued, as its writer sees the queue (``AppendState/queued(_:)``).
+struct QueuedWrite {
+    /// The write's sequence number.
+    var sequence: UInt64
+    /// Records queued, this write's included.
+    var queueLength: Int
+    /// No write with a lower sequence number is still queued: a commit through this sequence
+    /// shortens the queue.
+    var oldestQueued: UInt64
+}
+
 /// What a commit cycle takes from the appender, under its lock, in one step.
 struct CommitSnapshot {
     var writes: [PendingWrite]
@@ -131,6 +145,12 @@ extension AppendState {
         queue.removeFirst(snapshot.writes.count)
         rotated.removeFirst(snapshot.rotated.count)
         created.removeFirst(snapshot.created.count)
+        releasedSequence = snapshot.sequence
+    }
+
+    /// The write with sequence number `sequence`, just queued: what its writer may wait for.
+    func queued(_ sequence: UInt64) -> QueuedWrite {
+        QueuedWrite(sequence: sequence, queueLength: queue.count, oldestQueued: releasedSequence)
     }
 
     /// The keys with a write still in the queue; with `removalsOnly`, those with a queued

@@ -17,16 +17,20 @@ final class GroupCommit: @unchecked Sendable {
     private let condition = NSCondition()
     /// Whether a leader is running a cycle.
     private var leading = false
-    /// Every write with a lower sequence number is committed (as leaders reported it).
+    /// Whether a commit cycle is running, whoever runs it (a leader, the background committer,
+    /// the compactor): a waiter it may cover waits for its end here rather than queueing on the
+    /// committer's lock, where the cycle after it could go first.
+    private var cycleRunning = false
+    /// Every write with a lower sequence number is committed (as cycles reported it).
     private var committed: UInt64 = 0
 
-    /// Returns once the write with sequence number `sequence` is committed: by a cycle another
-    /// writer leads, or by one this call leads with `commit`, which commits every queued write
-    /// through `sequence` at least and returns the committed sequence (every write below it is
-    /// committed).
+    /// Returns once the write with sequence number `sequence` is committed: by a running cycle,
+    /// a cycle another writer leads, or one this call leads with `commit`, which commits every
+    /// queued write through `sequence` at least and returns the committed sequence (every write
+    /// below it is committed).
     func waitForCommit(of sequence: UInt64, commit: () throws(StoreError) -> UInt64) throws(StoreError) {
         condition.lock()
-        while committed <= sequence && leading { condition.wait() }
+        while committed <= sequence && (leading || cycleRunning) { condition.wait() }
         if committed > sequence {
             condition.unlock()
             return
@@ -40,5 +44,22 @@ final class GroupCommit: @unchecked Sendable {
         condition.broadcast()
         condition.unlock()
         _ = try outcome.get()
+    }
+
+    /// A commit cycle starts (held: the committer lock).
+    func cycleStarted() {
+        condition.lock()
+        cycleRunning = true
+        condition.unlock()
+    }
+
+    /// The cycle ends, having committed every write below `committed` (held: the committer
+    /// lock). A failed cycle reports what was committed before it: its waiters lead their own.
+    func cycleEnded(committed through: UInt64) {
+        condition.lock()
+        cycleRunning = false
+        committed = max(committed, through)
+        condition.broadcast()
+        condition.unlock()
     }
 }
