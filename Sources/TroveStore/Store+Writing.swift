@@ -398,18 +398,37 @@ extension Store {
     /// writes are committed (back-pressure, bounded memory and un-synced window): the cycle in
     /// flight, or one the writer leads when none is — not a cycle that covers its own write,
     /// which would wait for two cycles (the one in flight, then its own) where one is enough.
+    /// Woken with the queue still at its bound (other writers refilled it), it waits for the
+    /// new oldest writes, so the queue never holds more than its bound plus the two records
+    /// each writer may add before it sees the bound.
     private func afterWrite(_ write: QueuedWrite) throws(StoreError) {
-        let target: UInt64
         if configuration.durability == .full {
-            target = write.sequence
-        } else if write.queueLength >= backPressureQueueLength {
-            target = write.oldestQueued
-        } else {
+            try waitForCommit(of: write.sequence)
+            return
+        }
+        guard write.queueLength >= backPressureQueueLength else {
             if write.queueLength >= configuration.batchSize { background.wake() }
             return
         }
-        try groupCommit.waitForCommit(of: target) { () throws(StoreError) in
-            try commitPending(through: target)
+        var oldest = write.oldestQueued
+        while true {
+            try waitForCommit(of: oldest)
+            // Read past `withAppender`'s checks: this put is appended, and a close or failed
+            // sync since is not its failure (a closed store's queue is empty: it returns).
+            let next = appender.withLock { state in
+                state.queue.count >= backPressureQueueLength ? state.releasedSequence : nil
+            }
+            // Released past `oldest` by the wait; the comparison only guards the loop.
+            guard let next, next > oldest else { return }
+            oldest = next
+        }
+    }
+
+    /// Waits until the write with sequence number `sequence` is committed, leading a cycle
+    /// when none runs (group commit).
+    private func waitForCommit(of sequence: UInt64) throws(StoreError) {
+        try groupCommit.waitForCommit(of: sequence) { () throws(StoreError) in
+            try commitPending(through: sequence)
         }
     }
 

@@ -336,4 +336,60 @@ import TroveTestSupport
             }
         }
     }
+
+    /// Two writers wait at the bound for the cycle in flight; its end leaves the queue at the
+    /// bound still (their own records refilled it), so they wait again, for the next cycle: the
+    /// queue never exceeds its bound by more than two records per writer.
+    @Test func writersWokenWithTheQueueStillAtItsBoundWaitAgain() async throws {
+        try await withTemporaryDirectory { dir in
+            try await offPool {
+                let held = HeldSync()
+                let store = try openStore(dir) {
+                    Self.configure(held)(&$0)
+                    $0.batchSize = 4
+                }
+                let value: @Sendable (Int) -> Data = { i in Data(testBytes(seed: UInt64(300 + i), count: 700)) }
+                let queued = { store.appender.withLock { $0.queue.count } }
+                try store.put(value(0), for: key(0))
+                held.armed.withLock { $0 = true }
+                let flushed = DispatchSemaphore(value: 0)
+                Thread.detachNewThread {
+                    _ = try? store.flush()
+                    flushed.signal()
+                }
+                held.started.wait()  // the cycle in flight holds key 0's two records
+                var written = 1
+                while try store.putWithoutWaiting(value(written), for: key(written)) != nil { written += 1 }
+                #expect(queued() == 30)
+                let returned = DispatchSemaphore(value: 0)
+                let failure = Locked<(any Error)?>(nil)
+                for (n, k) in [100, 101].enumerated() {
+                    Thread.detachNewThread {
+                        do { try store.put(value(k), for: key(k)) } catch { failure.withLock { $0 = error } }
+                        returned.signal()
+                    }
+                    let expected = 32 + 2 * n
+                    let deadline = Date().addingTimeInterval(30)
+                    while queued() < expected && Date() < deadline { usleep(1_000) }
+                    #expect(queued() == expected)
+                }
+                held.release.signal()  // the cycle in flight ends; every later sync stays held
+                #expect(flushed.wait(timeout: .now() + 30) == .success)
+                #expect(queued() == 32, "key 0's records left; the writers' own refilled the queue")
+                #expect(
+                    returned.wait(timeout: .now() + .milliseconds(300)) == .timedOut,
+                    "a writer returned with the queue still at its bound")
+                held.started.wait()  // the next cycle, holding everything queued
+                held.armed.withLock { $0 = false }
+                held.release.signal()
+                for _ in 0..<2 { #expect(returned.wait(timeout: .now() + 30) == .success) }
+                #expect(failure.withLock { $0 } == nil)
+                #expect(queued() < 32)
+                try store.flush()
+                for i in 0..<written { #expect(try store.data(for: key(i)) == value(i)) }
+                for k in [100, 101] { #expect(try store.data(for: key(k)) == value(k)) }
+                try store.close()
+            }
+        }
+    }
 }

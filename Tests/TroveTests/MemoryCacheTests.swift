@@ -578,15 +578,19 @@ private struct TestLRU {
             defer { try? store.close() }
             let values = (10..<40).map { Data(testBytes(seed: UInt64($0), count: 4_000)) }
             for (i, v) in values.enumerated() { try store.put(v, for: key(10 + i)) }
+            // The committer starts a compaction of its own once usage passes the high watermark
+            // (checked each second), so on a slow machine some keys may be gone before they are
+            // read; either way the memory tier must hold exactly what the store still has.
             for i in 10..<40 { _ = try read(key(i), cache, store) }
-            #expect(cache.count == 30)
-            let pass = try store.compact()
-            #expect(pass.evictedEntries > 0)
+            _ = try store.compact()
+            var present = 0
             for i in 10..<40 {
                 let stored = try store.data(for: key(i))
+                if stored != nil { present += 1 }
                 #expect(cache.data(for: key(i)) == stored, "key \(i)")
             }
-            #expect(cache.count == 30 - pass.evictedEntries)
+            #expect(present < 30, "120 KB in a 60 KB store: something was evicted")
+            #expect(cache.count == present)
         }
         // Segment rewriting moves records: same bytes, so memory keeps them.
         try await withTemporaryDirectory { dir in
