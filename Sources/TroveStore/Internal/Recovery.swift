@@ -106,7 +106,8 @@ struct Recovery {
         // a removal used (tombstones leave no row): only the packs can. Read them all — this
         // is damage, and rare — so that no number is handed out twice.
         var packsSequence: UInt64?
-        if !rows.isEmpty, try index.hasLostSequence() {
+        let counterLost = try index.hasLostSequence()
+        if !rows.isEmpty, counterLost {
             var fold = RecordFold()
             for id in placement.headers.keys.sorted() {
                 if let file = try? SegmentFile.open(id: id, in: packs, writable: false, faults: faults) { try fold.fold(file) }
@@ -133,6 +134,10 @@ struct Recovery {
         if let packsSequence { sequences.higher = max(sequences.higher, packsSequence) }
         var (plan, writer) = try planReplay(rows, committed: sequences, placement: placement, format: format)
         plan.secret = stored != secret ? secret : nil
+        // A new store's first open has no counter yet (nothing committed): it is written with
+        // the segment, so that the next open does not take its absence for damage; a lost one
+        // is written back even when the packs show no newer number.
+        plan.writesCounter = counterLost
         do {
             if unsyncedTails != nil {
                 // Never committed in this opening: the tails may not be on disk.
@@ -187,10 +192,12 @@ struct Recovery {
         /// The sequence counter the index had, and the one after replaying.
         var committedSequence: UInt64 = 0
         var nextSequence: UInt64 = 0
+        /// The index has no valid copy of the counter: write it even when it does not move.
+        var writesCounter = false
 
         var isEmpty: Bool {
             newSegments.isEmpty && indexedBytes.isEmpty && sealing.isEmpty && blobs.isEmpty && resolutions.isEmpty
-                && damage.isEmpty && secret == nil && nextSequence == committedSequence
+                && damage.isEmpty && secret == nil && nextSequence == committedSequence && !writesCounter
         }
 
         /// What each key the plan resolves is, for the location map while the plan waits.
@@ -239,7 +246,7 @@ struct Recovery {
             }
             for id in sealing { try index.sealSegment(id) }
             for row in damage { try index.recordDamage(row) }
-            if nextSequence != committedSequence { try index.setCommittedSequence(nextSequence) }
+            if nextSequence != committedSequence || writesCounter { try index.setCommittedSequence(nextSequence) }
             return (replayed, dropped, supersede, changes)
         }
     }
