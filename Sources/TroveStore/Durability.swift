@@ -14,7 +14,8 @@ public enum Durability: String, Sendable, CaseIterable, CustomStringConvertible 
     /// The committer thread fdatasyncs the pack and commits the index every
     /// ``Store/Configuration/batchInterval`` or ``Store/Configuration/batchSize`` writes,
     /// whichever comes first. A power loss can lose the writes not yet synced (normally the
-    /// last 10 ms; under load, at most eight batches plus two records per writing thread).
+    /// last 10 ms; under load, at most eight batches plus two records per writing thread and
+    /// the tombstones of a batch removal in progress).
     /// The default.
     case batched
     /// Every put and remove is fdatasynced and committed before it returns; concurrent writers

@@ -399,8 +399,10 @@ extension Store {
     /// flight, or one the writer leads when none is — not a cycle that covers its own write,
     /// which would wait for two cycles (the one in flight, then its own) where one is enough.
     /// Woken with the queue still at its bound (other writers refilled it), it waits for the
-    /// new oldest writes, so the queue never holds more than its bound plus the two records
-    /// each writer may add before it sees the bound.
+    /// new oldest writes, so puts never take the queue past its bound by more than the two
+    /// records each writer may add before it sees the bound (a batch removal adds its
+    /// tombstones at once). Once its own write is committed, a later cycle's error is not
+    /// thrown to it.
     private func afterWrite(_ write: QueuedWrite) throws(StoreError) {
         if configuration.durability == .full {
             try waitForCommit(of: write.sequence)
@@ -411,13 +413,21 @@ extension Store {
             return
         }
         var oldest = write.oldestQueued
+        var ownCommitted = false
         while true {
-            try waitForCommit(of: oldest)
-            // Read past `withAppender`'s checks: this put is appended, and a close or failed
-            // sync since is not its failure (a closed store's queue is empty: it returns).
-            let next = appender.withLock { state in
-                state.queue.count >= backPressureQueueLength ? state.releasedSequence : nil
+            do {
+                try waitForCommit(of: oldest)
+            } catch {
+                // Once this put's own write is committed, a later cycle's failure (a failed
+                // sync, a close) is not its failure: it returns, having waited enough.
+                if ownCommitted { return }
+                throw error
             }
+            // Read past `withAppender`'s checks, for the same reason.
+            let (next, released) = appender.withLock { state in
+                (state.queue.count >= backPressureQueueLength ? state.releasedSequence : nil, state.releasedSequence)
+            }
+            ownCommitted = released > write.sequence
             // Released past `oldest` by the wait; the comparison only guards the loop.
             guard let next, next > oldest else { return }
             oldest = next

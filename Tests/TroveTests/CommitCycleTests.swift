@@ -392,4 +392,71 @@ import TroveTestSupport
             }
         }
     }
+
+    /// A writer whose own write was committed by the cycle it waited for, woken with the queue
+    /// still at its bound, waits again; that next cycle's failed sync is not its failure.
+    /// (Found by an outside review: the put threw syncFailed with its row committed.)
+    @Test func aWaiterWhoseWriteIsCommittedIsNotFailedByALaterCycle() async throws {
+        try await withTemporaryDirectory { dir in
+            try await offPool {
+                let held = HeldSync()
+                let store = try openStore(dir) {
+                    Self.configure(held)(&$0)
+                    $0.batchSize = 1  // bound 8
+                }
+                let v: @Sendable (Int) -> Data = { i in Data(testBytes(seed: UInt64(500 + i), count: 700)) }
+                let queued = { store.appender.withLock { $0.queue.count } }
+                // Hold the committer lock so that no cycle takes a snapshot while the queue fills.
+                let holding = DispatchSemaphore(value: 0)
+                let letGo = DispatchSemaphore(value: 0)
+                Thread.detachNewThread {
+                    store.committer.withLock { _ in
+                        holding.signal()
+                        letGo.wait()
+                    }
+                }
+                holding.wait()
+                var written = 0
+                while try store.putWithoutWaiting(v(written), for: key(written)) != nil { written += 1 }
+                #expect(queued() == 6)
+                let wDone = DispatchSemaphore(value: 0)
+                let wError = Locked<StoreError?>(nil)
+                Thread.detachNewThread {
+                    do { try store.put(v(1000), for: key(1000)) } catch { wError.withLock { $0 = error as? StoreError } }
+                    wDone.signal()
+                }
+                let filled = Date().addingTimeInterval(30)
+                while queued() < 8 && Date() < filled { usleep(1_000) }
+                held.armed.withLock { $0 = true }
+                letGo.signal()
+                held.started.wait()  // C1 holds all 8 records, W's included
+                let others = DispatchGroup()
+                for i in 0..<4 {
+                    others.enter()
+                    Thread.detachNewThread {
+                        _ = try? store.put(v(2000 + i), for: key(2000 + i))
+                        others.leave()
+                    }
+                }
+                let deadline = Date().addingTimeInterval(30)
+                while queued() < 16 && Date() < deadline { usleep(1_000) }
+                #expect(queued() == 16)
+                held.release.signal()  // C1 succeeds: W's write is committed
+                held.started.wait()  // C2, held
+                #expect(try Self.committedRow(dir, key(1000)) != nil, "W's write committed by C1")
+                #expect(wDone.wait(timeout: .now() + .milliseconds(300)) == .timedOut, "W still waiting")
+                held.failing.withLock { $0 = true }
+                held.release.signal()  // C2's sync fails with EIO
+                #expect(wDone.wait(timeout: .now() + 30) == .success, "W hung")
+                #expect(others.wait(timeout: .now() + 30) == .success)
+                let err = wError.withLock { $0 }
+                #expect(err == nil, "a put whose write was committed and synced by C1 threw \(String(describing: err?.code))")
+                held.armed.withLock { $0 = false }
+                _ = try? store.close()
+                let reopened = try openStore(dir)
+                #expect(try reopened.data(for: key(1000)) == v(1000))
+                try reopened.close()
+            }
+        }
+    }
 }

@@ -109,14 +109,23 @@ struct Recovery {
         let counterLost = try index.hasLostSequence()
         if !rows.isEmpty, counterLost {
             var fold = RecordFold()
+            var unread = !placement.unreadable.isEmpty
             for id in placement.headers.keys.sorted() {
-                if let file = try? SegmentFile.open(id: id, in: packs, writable: false, faults: faults) { try fold.fold(file) }
+                if let file = try? SegmentFile.open(id: id, in: packs, writable: false, faults: faults) {
+                    try fold.fold(file)
+                } else {
+                    unread = true
+                }
             }
             packsSequence = fold.nextSequence
-            recordDamage(
-                .wrongSequence, segment: 0, start: 0, end: 0,
-                "the index's sequence counter was lost or damaged; it was recovered from the packs (\(fold.nextSequence))",
-                at: now)
+            // Nothing in the index or in any segment ever took a number (a store made before
+            // the first open wrote the counter, and never written to): nothing was lost.
+            if committed != nil || fold.nextSequence > 0 || unread {
+                recordDamage(
+                    .wrongSequence, segment: 0, start: 0, end: 0,
+                    "the index's sequence counter was lost or damaged; it was recovered from the packs (\(fold.nextSequence))",
+                    at: now)
+            }
         }
         if evidence != nil || lostIndex {
             return try index.writing {
