@@ -7,7 +7,8 @@ import TroveCore
 /// Written with POSIX calls so the durability is explicit (Foundation's `Data.write` fsyncs
 /// every file on Linux). A put writes a temporary file and renames it over the entry; with
 /// ``fsyncWrites`` the temporary file is fsynced before the rename. A get is one
-/// open/fstat/read/close, and on a hit touches the file's times, the LRU order such caches
+/// open/fstat/read/close (the value handed out in the buffer read, not copied again), and on
+/// a hit touches the file's times, the LRU order such caches
 /// keep; ``sweep(toBytes:)`` evicts the oldest files by those times.
 ///
 /// A file holds a 4-byte ETag length, the ETag, then the value.
@@ -71,13 +72,20 @@ public final class FilePerEntryEngine: BlobStoring, @unchecked Sendable {
         guard let fd = try SystemCall.openIfExists(path, O_RDONLY) else { return nil }
         defer { SystemCall.close(fd) }
         let size = try SystemCall.fileSize(fd, path: path)
-        var bytes = Data(count: size)
-        let n = try bytes.withUnsafeMutableBytes { try SystemCall.readAll(fd, into: $0, path: path) }
+        // One read of the whole file into a buffer the returned value then owns, starting past
+        // the header: one copy out of the page cache, as a cache without a header makes.
+        let base = UnsafeMutableRawPointer.allocate(byteCount: max(size, 1), alignment: 16)
+        var handedOver = false
+        defer { if !handedOver { base.deallocate() } }
+        let n = try SystemCall.readAll(fd, into: UnsafeMutableRawBufferPointer(start: base, count: size), path: path)
         guard n == size, n >= 4 else { throw BenchmarkError("short file \(path)") }
         try SystemCall.touch(fd, path: path)
-        let etagLength = Int(bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) }.littleEndian)
+        let etagLength = Int(UInt32(littleEndian: base.loadUnaligned(as: UInt32.self)))
         guard 4 + etagLength <= n else { throw BenchmarkError("bad header in \(path)") }
-        return bytes.subdata(in: (4 + etagLength)..<n)
+        let start = 4 + etagLength
+        handedOver = true
+        return Data(
+            bytesNoCopy: base + start, count: n - start, deallocator: .custom { pointer, _ in (pointer - start).deallocate() })
     }
 
     public func flush() throws {}

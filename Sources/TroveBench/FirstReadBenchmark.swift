@@ -5,7 +5,8 @@ public import Foundation
 /// process opens the engine, reads every key once (the **first read**: nothing of the engine is
 /// in that process yet, the files are in the page cache), then runs a Zipf-popular stream of
 /// 90 % gets and 10 % puts of new versions. The child reports its latencies and its peak resident memory, which is then the
-/// engine's alone (nothing else runs in it, there is no memory tier).
+/// engine's alone (nothing else runs in it, there is no memory tier). Two more children run the
+/// same on ``KnownPlaceEngine``, the floor of a read that copies its bytes (and checks them).
 ///
 /// The child is this program run again with `bench-worker` (``worker(arguments:)``); the
 /// workload runs only when ``BenchmarkPlan/workerExecutable`` names the program.
@@ -23,8 +24,15 @@ public enum FirstReadBenchmark {
         public var peakResident: Int?
     }
 
-    /// The engines, by the name the child is given.
-    static let engines = ["trove", "files", "sqlite"]
+    /// The engines, by the name the child is given: the three compared, and the floor
+    /// (``KnownPlaceEngine``) with and without the checksum Trove verifies.
+    static let engines = ["trove", "files", "sqlite", "floor", "floor-xxh3"]
+
+    /// The name a child's rows carry.
+    static let names = [
+        "trove": "Trove", "files": "FilePerEntry", "sqlite": "SQLiteBlob", "floor": "Floor pread",
+        "floor-xxh3": "Floor pread+XXH3",
+    ]
 
     /// The catalog's entry sizes (the same every run).
     static func sizes(items: Int) -> [Int] {
@@ -54,12 +62,14 @@ public enum FirstReadBenchmark {
             try store.flush()
             try store.close()
         }
-        sync()
         for engine in engines {
+            // Each child starts with nothing left to write back (the catalogs, the previous
+            // child's puts), which would otherwise load the later children's cores.
+            sync()
             progress("first reads: a fresh process reads \(engine)")
             let report = try runChild(
                 executable, ["bench-worker", engine, directory + "/" + engine, String(items), String(operations)])
-            let name = ["trove": "Trove", "files": "FilePerEntry", "sqlite": "SQLiteBlob"][engine]!
+            let name = names[engine]!
             let peak = report.peakResident.map { Double($0) / 1_048_576 }
             var first = Measurement()
             first.latencies = report.firstReads
@@ -141,6 +151,8 @@ public enum FirstReadBenchmark {
         switch engine {
         case "trove": return try TroveEngine(directory: directory)
         case "files": return try FilePerEntryEngine(directory: directory)
+        case "floor": return try KnownPlaceEngine(directory: directory, verifies: false)
+        case "floor-xxh3": return try KnownPlaceEngine(directory: directory, verifies: true)
         default: return try SQLiteBlobEngine(directory: directory)
         }
     }

@@ -35,6 +35,39 @@ import TroveTestSupport
         }
     }
 
+    /// The first-read floor: values read back after a reopen (the places load from their side
+    /// file), and a value damaged on disk refused by the verifying engine, returned as is by the
+    /// other (it checks nothing: that is what its row measures).
+    @Test func knownPlaceEngineRoundTripsAndVerifies() async throws {
+        try await withTemporaryDirectory { dir in
+            let sizes = [0, 1, 4096, 70_000, 1 << 20]
+            for verifies in [false, true] {
+                let path = dir + "/floor-\(verifies)"
+                let engine = try KnownPlaceEngine(directory: path, verifies: verifies)
+                for (i, size) in sizes.enumerated() {
+                    try engine.put(Data(testBytes(seed: UInt64(i), count: size)), key: "k\(i)", etag: "e")
+                }
+                try engine.put(Data("new".utf8), key: "k1", etag: "e")
+                try engine.close()
+                let reopened = try KnownPlaceEngine(directory: path, verifies: verifies)
+                #expect(try reopened.get("k0") == Data())
+                #expect(try reopened.get("k1") == Data("new".utf8))
+                #expect(try reopened.get("k4") == Data(testBytes(seed: 4, count: 1 << 20)))
+                #expect(try reopened.get("missing") == nil)
+                // Flip one byte of k3's value (it starts after k0, k1 and k2's).
+                let handle = try #require(FileHandle(forUpdatingAtPath: path + "/values"))
+                try handle.seek(toOffset: UInt64(0 + 1 + 4096 + 100))
+                try handle.write(contentsOf: Data([~testBytes(seed: 3, count: 101)[100]]))
+                try handle.close()
+                if verifies {
+                    #expect(throws: BenchmarkError.self) { try reopened.get("k3") }
+                } else {
+                    #expect(try reopened.get("k3") != Data(testBytes(seed: 3, count: 70_000)))
+                }
+            }
+        }
+    }
+
     @Test func filePerEntryKeepsLRUOrderByFileTimes() async throws {
         try await withTemporaryDirectory { dir in
             let engine = try FilePerEntryEngine(directory: dir + "/files")

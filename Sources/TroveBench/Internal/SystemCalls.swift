@@ -49,6 +49,23 @@ enum SystemCall {
         return done
     }
 
+    static func preadAll(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64, path: String) throws -> Int {
+        var done = 0
+        while done < buffer.count {
+            let n = Glibc.pread(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done))
+            if n > 0 { done += n } else if n == 0 { break } else if errno != EINTR { throw fail("pread", path) }
+        }
+        return done
+    }
+
+    static func pwriteAll(_ fd: Int32, _ buffer: UnsafeRawBufferPointer, at offset: UInt64, path: String) throws {
+        var done = 0
+        while done < buffer.count {
+            let n = Glibc.pwrite(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done))
+            if n >= 0 { done += n } else if errno != EINTR { throw fail("pwrite", path) }
+        }
+    }
+
     static func fileSize(_ fd: Int32, path: String) throws -> Int {
         var st = stat()
         guard fstat(fd, &st) == 0 else { throw fail("fstat", path) }

@@ -1,0 +1,107 @@
+public import Foundation
+import TroveCore
+
+/// The floor of a first read, as an engine: every value appended to one file, and every key's
+/// place (offset, length, and the XXH3-64 of the value) held in a dictionary that opening loads
+/// whole from a side file. A get is one dictionary lookup and one `pread` of exactly the value
+/// into a fresh buffer — the least any engine that copies values out of the page cache can do —
+/// and, with ``verifies``, the XXH3-64 of the bytes compared with the stored one, the check
+/// Trove makes of every record it reads.
+///
+/// Not a cache anyone would ship (nothing is durable until ``flush()``, nothing is ever
+/// reclaimed): it shows what is left of a read once the index costs nothing, so that Trove's
+/// first reads can be read against their floor. Single-threaded.
+public final class KnownPlaceEngine: BlobStoring {
+    public let directory: String
+    /// Compare each value's XXH3-64 with the one stored at its put.
+    public let verifies: Bool
+    private let descriptor: Int32
+    private var places: [String: Place] = [:]
+    private var end: UInt64
+
+    struct Place {
+        var offset: UInt64
+        var length: Int
+        var checksum: UInt64
+    }
+
+    public var name: String { verifies ? "Floor pread+XXH3" : "Floor pread" }
+
+    private var valuesPath: String { directory + "/values" }
+    private var placesPath: String { directory + "/places" }
+
+    /// Opens (creating) the engine in `directory`, loading every key's place.
+    public init(directory: String, verifies: Bool) throws {
+        self.directory = directory
+        self.verifies = verifies
+        try SystemCall.makeDirectory(directory)
+        descriptor = try SystemCall.open(directory + "/values", O_RDWR | O_CREAT)
+        end = UInt64(try SystemCall.fileSize(descriptor, path: directory + "/values"))
+        if let saved = FileManager.default.contents(atPath: placesPath) {
+            places = try Self.decode(saved)
+        }
+    }
+
+    deinit { SystemCall.close(descriptor) }
+
+    public func put(_ data: Data, key: String, etag: String) throws {
+        try data.withUnsafeBytes { bytes in
+            try SystemCall.pwriteAll(descriptor, bytes, at: end, path: valuesPath)
+            places[key] = Place(offset: end, length: bytes.count, checksum: XXH3.hash64(bytes))
+        }
+        end += UInt64(data.count)
+    }
+
+    public func get(_ key: String) throws -> Data? {
+        guard let place = places[key] else { return nil }
+        // An uninitialized buffer the returned value then owns, as Trove and FilePerEntry read
+        // into (`Data(count:)` would zero it first).
+        let base = UnsafeMutableRawPointer.allocate(byteCount: max(place.length, 1), alignment: 16)
+        let buffer = UnsafeMutableRawBufferPointer(start: base, count: place.length)
+        var handedOver = false
+        defer { if !handedOver { base.deallocate() } }
+        let n = try SystemCall.preadAll(descriptor, into: buffer, at: place.offset, path: valuesPath)
+        guard n == place.length else { throw BenchmarkError("\(valuesPath) is cut short at \(place.offset)") }
+        if verifies, XXH3.hash64(UnsafeRawBufferPointer(buffer)) != place.checksum {
+            throw BenchmarkError("\(key): the value at \(valuesPath):\(place.offset) fails its checksum")
+        }
+        handedOver = true
+        return Data(bytesNoCopy: base, count: place.length, deallocator: .custom { pointer, _ in pointer.deallocate() })
+    }
+
+    /// Writes the places to their side file (the values are already in the page cache).
+    public func flush() throws {
+        var out = Data()
+        for (key, place) in places {
+            let utf8 = Array(key.utf8)
+            for word in [UInt64(utf8.count), place.offset, UInt64(place.length), place.checksum] {
+                withUnsafeBytes(of: word.littleEndian) { out.append(contentsOf: $0) }
+            }
+            out.append(contentsOf: utf8)
+        }
+        guard FileManager.default.createFile(atPath: placesPath, contents: out) else {
+            throw BenchmarkError("cannot write \(placesPath)")
+        }
+    }
+
+    public func close() throws { try flush() }
+
+    private static func decode(_ saved: Data) throws -> [String: Place] {
+        let bytes = [UInt8](saved)
+        var places: [String: Place] = [:]
+        var at = 0
+        func word() throws -> UInt64 {
+            guard at + 8 <= bytes.count else { throw BenchmarkError("the places file is cut short") }
+            defer { at += 8 }
+            return bytes[at..<at + 8].reversed().reduce(0) { $0 << 8 | UInt64($1) }
+        }
+        while at < bytes.count {
+            let count = Int(try word())
+            let place = Place(offset: try word(), length: Int(try word()), checksum: try word())
+            guard count <= bytes.count - at else { throw BenchmarkError("the places file is cut short") }
+            places[String(decoding: bytes[at..<at + count], as: UTF8.self)] = place
+            at += count
+        }
+        return places
+    }
+}
