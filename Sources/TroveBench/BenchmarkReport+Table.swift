@@ -20,7 +20,20 @@ extension BenchmarkReport {
             previous = r.workload
             var tail = ""
             if let metric = r.metric, let name = r.metricName { tail = "\(name) \(number(metric, 3))" }
-            if !r.engine.hasPrefix("Trove") {
+            if r.engine.hasPrefix("Floor") {
+                // A floor (KnownPlaceEngine) is no baseline: how far past one file per entry any
+                // engine could go, and how much of the floor Trove reaches.
+                var parts: [String] = []
+                if let files = results.first(where: { $0.workload == r.workload && $0.engine == "FilePerEntry" }) {
+                    parts.append("floor ÷ FilePerEntry \(number(r.opsPerSecond / files.opsPerSecond, 2))×")
+                }
+                for peer in ["Trove", "Trove none"] {
+                    guard let t = results.first(where: { $0.workload == r.workload && $0.engine == peer }) else { continue }
+                    let share = t.opsPerSecond / r.opsPerSecond
+                    parts.append("\(peer) ÷ floor \(number(share, 2))\(share > 1 ? " (above its floor: noise)" : "")")
+                }
+                tail = parts.joined(separator: "  ") + (tail.isEmpty ? "" : "  " + tail)
+            } else if !r.engine.hasPrefix("Trove") {
                 // Trove's ops/s over this baseline's, for each Trove level of like durability.
                 let durable = r.engine.hasSuffix("fsync") || r.engine.hasSuffix("FULL")
                 var peers = durable ? ["Trove full"] : ["Trove", "Trove none"]

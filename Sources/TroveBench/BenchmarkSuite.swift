@@ -158,8 +158,14 @@ public final class BenchmarkSuite {
             }
         }
         let (trove, files, sqlite) = (fixture.trove, fixture.files, fixture.sqlite)
+        // The floor of the put and warm-get rows (KnownPlaceEngine), holding the same population.
+        let floor = try KnownPlaceEngine(directory: root + "/engines/floor", verifies: true)
+        defer { try? floor.close() }
+        for i in 0..<plan.population {
+            try floor.put(EngineFixture.populationValue(pool, i), key: EngineFixture.populationKey(i), etag: "p\(i)")
+        }
         for (size, count) in [(4 << 10, 5_000), (64 << 10, 2_000), (1 << 20, 200)] {
-            try putAndGet(size: size, count: plan.operations(count), trove: trove, files: files, sqlite: sqlite)
+            try putAndGet(size: size, count: plan.operations(count), trove: trove, files: files, sqlite: sqlite, floor: floor)
         }
         try concurrentWriters(trove: trove, files: files, sqlite: sqlite)
         for engine in fixture.engines { try mixedZipf(engine) }
@@ -185,9 +191,11 @@ public final class BenchmarkSuite {
     // MARK: Workloads
 
     /// Puts `count` new values of `size` bytes with each durability-matched engine setting,
-    /// then reads them all back warm.
+    /// then reads them all back warm; `floor` (``KnownPlaceEngine``) does the same last, as the
+    /// rows' floor.
     private func putAndGet(
-        size: Int, count: Int, trove: TroveEngine, files: FilePerEntryEngine, sqlite: SQLiteBlobEngine
+        size: Int, count: Int, trove: TroveEngine, files: FilePerEntryEngine, sqlite: SQLiteBlobEngine,
+        floor: KnownPlaceEngine
     ) throws {
         let label = size >= 1 << 20 ? "\(size >> 20)MiB" : "\(size >> 10)KiB"
         let values = (0..<count).map { pool.value(id: UInt64(size * 10 + $0), size: size) }
@@ -201,6 +209,7 @@ public final class BenchmarkSuite {
         }
         try atEveryLevel(
             trove: trove, files: files, sqlite: sqlite, count: count, durableCount: max(20, count / 4), put)
+        try put(floor, tag: "main", count: count)
 
         // Warm gets of what each engine just stored: one untimed pass, then timed passes in a
         // shuffled order, every value compared.
@@ -225,6 +234,7 @@ public final class BenchmarkSuite {
         sqlite.updatesAccessTime = false
         try get(sqlite)
         sqlite.updatesAccessTime = true
+        try get(floor)
     }
 
     /// Runs `put` with each engine at each durability level, like with like: the page-cache

@@ -30,8 +30,8 @@ public enum FirstReadBenchmark {
 
     /// The name a child's rows carry.
     static let names = [
-        "trove": "Trove", "files": "FilePerEntry", "sqlite": "SQLiteBlob", "floor": "Floor pread",
-        "floor-xxh3": "Floor pread+XXH3",
+        "trove": "Trove", "files": "FilePerEntry", "sqlite": "SQLiteBlob", "floor": "Floor",
+        "floor-xxh3": "Floor+XXH3",
     ]
 
     /// The catalog's entry sizes (the same every run).

@@ -8,10 +8,16 @@ import TroveCore
 /// and, with ``verifies``, the XXH3-64 of the bytes compared with the stored one, the check
 /// Trove makes of every record it reads.
 ///
-/// Not a cache anyone would ship (nothing is durable until ``flush()``, nothing is ever
-/// reclaimed): it shows what is left of a read once the index costs nothing, so that Trove's
-/// first reads can be read against their floor. Single-threaded.
-public final class KnownPlaceEngine: BlobStoring {
+/// A put is the mirror image: one `pwrite` appending the value, its XXH3-64 and a dictionary
+/// insert — what is left of a write once the index and durability cost nothing.
+///
+/// Not a cache anyone would ship (the places reach the disk only at ``close()``, nothing is
+/// ever reclaimed, nothing is synced): it shows what is left of a read or a write once the index
+/// costs nothing, so that Trove's rows can be read against their floor.
+///
+/// `@unchecked Sendable`: used from one thread at a time (the workloads that run it are
+/// single-threaded).
+public final class KnownPlaceEngine: BlobStoring, @unchecked Sendable {
     public let directory: String
     /// Compare each value's XXH3-64 with the one stored at its put.
     public let verifies: Bool
@@ -25,7 +31,7 @@ public final class KnownPlaceEngine: BlobStoring {
         var checksum: UInt64
     }
 
-    public var name: String { verifies ? "Floor pread+XXH3" : "Floor pread" }
+    public var name: String { verifies ? "Floor+XXH3" : "Floor" }
 
     private var valuesPath: String { directory + "/values" }
     private var placesPath: String { directory + "/places" }
@@ -69,8 +75,11 @@ public final class KnownPlaceEngine: BlobStoring {
         return Data(bytesNoCopy: base, count: place.length, deallocator: .custom { pointer, _ in pointer.deallocate() })
     }
 
+    /// Nothing: every put is visible at once, and the floor promises no durability.
+    public func flush() throws {}
+
     /// Writes the places to their side file (the values are already in the page cache).
-    public func flush() throws {
+    public func close() throws {
         var out = Data()
         for (key, place) in places {
             let utf8 = Array(key.utf8)
@@ -83,8 +92,6 @@ public final class KnownPlaceEngine: BlobStoring {
             throw BenchmarkError("cannot write \(placesPath)")
         }
     }
-
-    public func close() throws { try flush() }
 
     private static func decode(_ saved: Data) throws -> [String: Place] {
         let bytes = [UInt8](saved)

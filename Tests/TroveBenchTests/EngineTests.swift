@@ -35,9 +35,9 @@ import TroveTestSupport
         }
     }
 
-    /// The first-read floor: values read back after a reopen (the places load from their side
-    /// file), and a value damaged on disk refused by the verifying engine, returned as is by the
-    /// other (it checks nothing: that is what its row measures).
+    /// The floor: values read back after a reopen (the places load from their side file), and a
+    /// byte flipped on disk refused by the verifying engine with its checksum error, returned
+    /// flipped by the other (it checks nothing: that is what its row measures).
     @Test func knownPlaceEngineRoundTripsAndVerifies() async throws {
         try await withTemporaryDirectory { dir in
             let sizes = [0, 1, 4096, 70_000, 1 << 20]
@@ -52,18 +52,24 @@ import TroveTestSupport
                 let reopened = try KnownPlaceEngine(directory: path, verifies: verifies)
                 #expect(try reopened.get("k0") == Data())
                 #expect(try reopened.get("k1") == Data("new".utf8))
+                #expect(try reopened.get("k2") == Data(testBytes(seed: 2, count: 4096)))
+                #expect(try reopened.get("k3") == Data(testBytes(seed: 3, count: 70_000)))
                 #expect(try reopened.get("k4") == Data(testBytes(seed: 4, count: 1 << 20)))
                 #expect(try reopened.get("missing") == nil)
-                // Flip one byte of k3's value (it starts after k0, k1 and k2's).
+                // Flip byte 100 of k3's value (it starts after k0, k1 and k2's).
+                var flipped = testBytes(seed: 3, count: 70_000)
+                flipped[100] = ~flipped[100]
                 let handle = try #require(FileHandle(forUpdatingAtPath: path + "/values"))
                 try handle.seek(toOffset: UInt64(0 + 1 + 4096 + 100))
-                try handle.write(contentsOf: Data([~testBytes(seed: 3, count: 101)[100]]))
+                try handle.write(contentsOf: Data([flipped[100]]))
                 try handle.close()
                 if verifies {
-                    #expect(throws: BenchmarkError.self) { try reopened.get("k3") }
+                    let error = #expect(throws: BenchmarkError.self) { try reopened.get("k3") }
+                    #expect(error?.description.contains("fails its checksum") == true, "\(String(describing: error))")
                 } else {
-                    #expect(try reopened.get("k3") != Data(testBytes(seed: 3, count: 70_000)))
+                    #expect(try reopened.get("k3") == Data(flipped))
                 }
+                #expect(try reopened.get("k2") == Data(testBytes(seed: 2, count: 4096)))
             }
         }
     }

@@ -62,7 +62,13 @@ enum SystemCall {
         var done = 0
         while done < buffer.count {
             let n = Glibc.pwrite(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done))
-            if n >= 0 { done += n } else if errno != EINTR { throw fail("pwrite", path) }
+            if n > 0 {
+                done += n
+            } else if n == 0 {
+                throw BenchmarkError("pwrite \(path): wrote nothing")
+            } else if errno != EINTR {
+                throw fail("pwrite", path)
+            }
         }
     }
 
