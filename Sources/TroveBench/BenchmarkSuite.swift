@@ -159,6 +159,8 @@ public final class BenchmarkSuite {
         }
         let (trove, files, sqlite) = (fixture.trove, fixture.files, fixture.sqlite)
         // The floor of the put and warm-get rows (KnownPlaceEngine), holding the same population.
+        // Empty at every run: it appends, and a reused --directory would grow it.
+        try? FileManager.default.removeItem(atPath: root + "/engines/floor")
         let floor = try KnownPlaceEngine(directory: root + "/engines/floor", verifies: true)
         defer { try? floor.close() }
         for i in 0..<plan.population {

@@ -7,9 +7,9 @@ import TroveCore
 /// Written with POSIX calls so the durability is explicit (Foundation's `Data.write` fsyncs
 /// every file on Linux). A put writes a temporary file and renames it over the entry; with
 /// ``fsyncWrites`` the temporary file is fsynced before the rename. A get is one
-/// open/fstat/read/close (the value handed out in the buffer read, not copied again), and on
-/// a hit touches the file's times, the LRU order such caches
-/// keep; ``sweep(toBytes:)`` evicts the oldest files by those times.
+/// open/fstat/read/close (read into an uninitialized buffer that the returned value then is:
+/// no zero fill, no second copy), and on a hit touches the file's times, the LRU order such
+/// caches keep; ``sweep(toBytes:)`` evicts the oldest files by those times.
 ///
 /// A file holds a 4-byte ETag length, the ETag, then the value.
 ///

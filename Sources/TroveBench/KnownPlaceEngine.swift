@@ -1,7 +1,7 @@
 public import Foundation
 import TroveCore
 
-/// The floor of a first read, as an engine: every value appended to one file, and every key's
+/// The floor of a read or a write, as an engine: every value appended to one file, and every key's
 /// place (offset, length, and the XXH3-64 of the value) held in a dictionary that opening loads
 /// whole from a side file. A get is one dictionary lookup and one `pread` of exactly the value
 /// into a fresh buffer — the least any engine that copies values out of the page cache can do —

@@ -129,11 +129,18 @@ import TroveTestSupport
             #expect(
                 engines.isSuperset(of: [
                     "Trove", "Trove none", "Trove full", "FilePerEntry", "FilePerEntry fsync", "SQLiteBlob",
-                    "SQLiteBlob no-LRU", "SQLiteBlob FULL",
+                    "SQLiteBlob no-LRU", "SQLiteBlob FULL", "Floor+XXH3",
                 ]))
+            // The floor runs in the put and warm-get rows, and the table prints it as a floor.
+            for workload in ["put 4KiB", "warm get 4KiB"] {
+                #expect(report.results.contains { $0.workload == workload && $0.engine == "Floor+XXH3" }, "\(workload)")
+            }
             #expect(report.results.allSatisfy { $0.operations > 0 && $0.opsPerSecond > 0 })
             #expect(report.targets.count >= 9)
-            #expect(report.table().contains("Targets (DESIGN.md)"))
+            let table = report.table()
+            #expect(table.contains("Targets (DESIGN.md)"))
+            #expect(table.contains("floor ÷ FilePerEntry"))
+            #expect(table.contains("Trove none ÷ floor"))
         }
     }
 }
