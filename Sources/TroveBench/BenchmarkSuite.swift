@@ -163,9 +163,7 @@ public final class BenchmarkSuite {
         try? FileManager.default.removeItem(atPath: root + "/engines/floor")
         let floor = try KnownPlaceEngine(directory: root + "/engines/floor", verifies: true)
         defer { try? floor.close() }
-        for i in 0..<plan.population {
-            try floor.put(EngineFixture.populationValue(pool, i), key: EngineFixture.populationKey(i), etag: "p\(i)")
-        }
+        try EngineFixture.populate(floor, population: plan.population, pool: pool)
         for (size, count) in [(4 << 10, 5_000), (64 << 10, 2_000), (1 << 20, 200)] {
             try putAndGet(size: size, count: plan.operations(count), trove: trove, files: files, sqlite: sqlite, floor: floor)
         }

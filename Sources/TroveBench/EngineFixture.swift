@@ -24,11 +24,16 @@ public final class EngineFixture {
         files = try FilePerEntryEngine(directory: directory + "/files")
         sqlite = try SQLiteBlobEngine(directory: directory + "/sqlite")
         for engine in [trove, files, sqlite] as [any BlobStoring] {
-            for i in 0..<population {
-                try engine.put(Self.populationValue(pool, i), key: Self.populationKey(i), etag: "p\(i)")
-            }
-            try engine.flush()
+            try Self.populate(engine, population: population, pool: pool)
         }
+    }
+
+    /// Puts the `population` entries into `engine` (as every fixture engine holds them).
+    public static func populate(_ engine: any BlobStoring, population: Int, pool: ContentPool) throws {
+        for i in 0..<population {
+            try engine.put(populationValue(pool, i), key: populationKey(i), etag: "p\(i)")
+        }
+        try engine.flush()
     }
 
     /// The key of the `i`-th population entry.

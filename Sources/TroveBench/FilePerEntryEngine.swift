@@ -55,8 +55,8 @@ public final class FilePerEntryEngine: BlobStoring, @unchecked Sendable {
         do {
             var header = withUnsafeBytes(of: UInt32(etag.utf8.count).littleEndian) { Array($0) }
             header += Array(etag.utf8)
-            try header.withUnsafeBytes { try SystemCall.writeAll(fd, $0, path: temporary) }
-            try data.withUnsafeBytes { try SystemCall.writeAll(fd, $0, path: temporary) }
+            try header.withUnsafeBytes { try SystemCall.pwriteAll(fd, $0, at: 0, path: temporary) }
+            try data.withUnsafeBytes { try SystemCall.pwriteAll(fd, $0, at: UInt64(header.count), path: temporary) }
             if fsyncWrites { try SystemCall.fsync(fd, path: temporary) }
         } catch {
             SystemCall.close(fd)
@@ -72,20 +72,16 @@ public final class FilePerEntryEngine: BlobStoring, @unchecked Sendable {
         guard let fd = try SystemCall.openIfExists(path, O_RDONLY) else { return nil }
         defer { SystemCall.close(fd) }
         let size = try SystemCall.fileSize(fd, path: path)
-        // One read of the whole file into a buffer the returned value then owns, starting past
-        // the header: one copy out of the page cache, as a cache without a header makes.
-        let base = UnsafeMutableRawPointer.allocate(byteCount: max(size, 1), alignment: 16)
-        var handedOver = false
-        defer { if !handedOver { base.deallocate() } }
-        let n = try SystemCall.readAll(fd, into: UnsafeMutableRawBufferPointer(start: base, count: size), path: path)
-        guard n == size, n >= 4 else { throw BenchmarkError("short file \(path)") }
-        try SystemCall.touch(fd, path: path)
-        let etagLength = Int(UInt32(littleEndian: base.loadUnaligned(as: UInt32.self)))
-        guard 4 + etagLength <= n else { throw BenchmarkError("bad header in \(path)") }
-        let start = 4 + etagLength
-        handedOver = true
-        return Data(
-            bytesNoCopy: base + start, count: n - start, deallocator: .custom { pointer, _ in (pointer - start).deallocate() })
+        // One read of the whole file; the value is the buffer past the header (one copy out of
+        // the page cache, as a cache without a header makes).
+        return try SystemCall.readOwned(count: size) { buffer in
+            let n = try SystemCall.preadAll(fd, into: buffer, at: 0, path: path)
+            guard n == size, n >= 4 else { throw BenchmarkError("short file \(path)") }
+            try SystemCall.touch(fd, path: path)
+            let etagLength = Int(UInt32(littleEndian: buffer.loadUnaligned(as: UInt32.self)))
+            guard 4 + etagLength <= n else { throw BenchmarkError("bad header in \(path)") }
+            return (4 + etagLength)..<n
+        }
     }
 
     public func flush() throws {}

@@ -60,19 +60,16 @@ public final class KnownPlaceEngine: BlobStoring, @unchecked Sendable {
 
     public func get(_ key: String) throws -> Data? {
         guard let place = places[key] else { return nil }
-        // An uninitialized buffer the returned value then owns, as Trove and FilePerEntry read
-        // into (`Data(count:)` would zero it first).
-        let base = UnsafeMutableRawPointer.allocate(byteCount: max(place.length, 1), alignment: 16)
-        let buffer = UnsafeMutableRawBufferPointer(start: base, count: place.length)
-        var handedOver = false
-        defer { if !handedOver { base.deallocate() } }
-        let n = try SystemCall.preadAll(descriptor, into: buffer, at: place.offset, path: valuesPath)
-        guard n == place.length else { throw BenchmarkError("\(valuesPath) is cut short at \(place.offset)") }
-        if verifies, XXH3.hash64(UnsafeRawBufferPointer(buffer)) != place.checksum {
-            throw BenchmarkError("\(key): the value at \(valuesPath):\(place.offset) fails its checksum")
+        // Into an uninitialized buffer, as Trove and FilePerEntry read (`Data(count:)` would
+        // zero it first).
+        return try SystemCall.readOwned(count: place.length) { buffer in
+            let n = try SystemCall.preadAll(descriptor, into: buffer, at: place.offset, path: valuesPath)
+            guard n == place.length else { throw BenchmarkError("\(valuesPath) is cut short at \(place.offset)") }
+            if verifies, XXH3.hash64(UnsafeRawBufferPointer(buffer)) != place.checksum {
+                throw BenchmarkError("\(key): the value at \(valuesPath):\(place.offset) fails its checksum")
+            }
+            return 0..<n
         }
-        handedOver = true
-        return Data(bytesNoCopy: base, count: place.length, deallocator: .custom { pointer, _ in pointer.deallocate() })
     }
 
     /// Nothing: every put is visible at once, and the floor promises no durability.

@@ -413,21 +413,19 @@ extension Store {
             return
         }
         var oldest = write.oldestQueued
-        var ownCommitted = false
         while true {
             do {
                 try waitForCommit(of: oldest)
             } catch {
                 // Once this put's own write is committed, a later cycle's failure (a failed
                 // sync, a close) is not its failure: it returns, having waited enough.
-                if ownCommitted { return }
+                if appender.withLock({ $0.releasedSequence }) > write.sequence { return }
                 throw error
             }
             // Read past `withAppender`'s checks, for the same reason.
-            let (next, released) = appender.withLock { state in
-                (state.queue.count >= backPressureQueueLength ? state.releasedSequence : nil, state.releasedSequence)
+            let next = appender.withLock { state in
+                state.queue.count >= backPressureQueueLength ? state.releasedSequence : nil
             }
-            ownCommitted = released > write.sequence
             // Released past `oldest` by the wait; the comparison only guards the loop.
             guard let next, next > oldest else { return }
             oldest = next

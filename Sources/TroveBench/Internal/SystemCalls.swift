@@ -32,23 +32,6 @@ enum SystemCall {
 
     static func close(_ fd: Int32) { _ = Glibc.close(fd) }
 
-    static func writeAll(_ fd: Int32, _ buffer: UnsafeRawBufferPointer, path: String) throws {
-        var done = 0
-        while done < buffer.count {
-            let n = Glibc.write(fd, buffer.baseAddress! + done, buffer.count - done)
-            if n >= 0 { done += n } else if errno != EINTR { throw fail("write", path) }
-        }
-    }
-
-    static func readAll(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, path: String) throws -> Int {
-        var done = 0
-        while done < buffer.count {
-            let n = Glibc.read(fd, buffer.baseAddress! + done, buffer.count - done)
-            if n > 0 { done += n } else if n == 0 { break } else if errno != EINTR { throw fail("read", path) }
-        }
-        return done
-    }
-
     static func preadAll(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64, path: String) throws -> Int {
         var done = 0
         while done < buffer.count {
@@ -56,6 +39,21 @@ enum SystemCall {
             if n > 0 { done += n } else if n == 0 { break } else if errno != EINTR { throw fail("pread", path) }
         }
         return done
+    }
+
+    /// A value read into an uninitialized buffer of `count` bytes that the returned `Data` then
+    /// owns — no zero fill, no second copy: `fill` reads into the buffer and returns the range
+    /// of it that is the value.
+    static func readOwned(count: Int, _ fill: (UnsafeMutableRawBufferPointer) throws -> Range<Int>) throws -> Data {
+        let base = UnsafeMutableRawPointer.allocate(byteCount: max(count, 1), alignment: 16)
+        var handedOver = false
+        defer { if !handedOver { base.deallocate() } }
+        let value = try fill(UnsafeMutableRawBufferPointer(start: base, count: count))
+        precondition(value.lowerBound >= 0 && value.upperBound <= count, "a range of the buffer")
+        handedOver = true
+        let start = value.lowerBound
+        return Data(
+            bytesNoCopy: base + start, count: value.count, deallocator: .custom { pointer, _ in (pointer - start).deallocate() })
     }
 
     static func pwriteAll(_ fd: Int32, _ buffer: UnsafeRawBufferPointer, at offset: UInt64, path: String) throws {
