@@ -2,7 +2,8 @@ public import TroveCore
 
 /// Entry row ids by key digest, in memory (schema 7): how a lookup by key finds its row without
 /// a digest index in SQLite, whose random-key B-tree cost every put about one written page
-/// (Docs/Architecture.md, "Entry digest table").
+/// (Docs/Architecture.md, "Entry digest table"). With each id, where the row's records are
+/// (``EntryPlace``), when the writer knows it: how a cold get reads an entry without SQLite.
 ///
 /// **Candidates, never answers.** The table maps a 64-bit key made from the digest to row ids,
 /// and may hold more than the committed rows: ids of rows written by a transaction still open
@@ -13,58 +14,112 @@ public import TroveCore
 /// before the row is written and removes one only after the row's removal has committed
 /// (``IndexDatabase`` does both, and nothing else writes entry rows).
 ///
+/// **Places are never older than the committed row.** A place names the row's sequence and
+/// the records of that write; a reader checks the records it names (the link's identity is the
+/// key digest and that sequence) and serves them without asking SQLite. So a place must never
+/// outlive a change of its row: the writer's connection reports every change of an entry row
+/// (SQLite's update hook, whatever statement made it), which takes the row's place away at
+/// once, and a write that knows its new place sets it only when its transaction commits.
+/// Between the two the row has no place and readers ask SQLite. Places of rows whose blob and
+/// link are not neighbours (deduplicated bytes, metadata updates) or that the compactor moved
+/// are not kept: those rows are read through SQLite, as before. A place the compactor made
+/// stale when it moved a blob still names intact records of that write (or a segment that is
+/// gone, and the read falls back).
+///
 /// The key is both digest words mixed with a seed chosen per table, so keys that share a
 /// digest word — which XXH3, not a cryptographic hash, lets an attacker make — do not share a
 /// probe sequence.
 ///
 /// Memory: 16 bytes a slot, at most three quarters of the slots used: 21–43 bytes an entry
-/// (~3 MB for 100 000 entries, ~32 MB for a million), in one allocation that doubles as it grows.
+/// (~3 MB for 100 000 entries, ~32 MB for a million), in one allocation that doubles as it grows;
+/// and a place (32 bytes) in a dictionary by row id, about 54–108 bytes an entry that has one
+/// (``byteCount`` counts both).
 public final class EntryDigestTable: Sendable {
-    private let slots: Locked<DigestSlots>
+    private struct State {
+        var slots: DigestSlots
+        var places: [Int64: EntryPlace] = [:]
+    }
+
+    private let state: Locked<State>
     private let seed: UInt64
 
     /// An empty table.
     public init() {
-        slots = Locked(DigestSlots(capacity: 16))
+        state = Locked(State(slots: DigestSlots(capacity: 16)))
         seed = UInt64.random(in: 1...UInt64.max)
     }
 
     /// The row ids that may hold `digest` (most often one; none for a digest no row has).
     public func candidates(_ digest: ContentHash) -> [Int64] {
         let key = key(of: digest)
-        return slots.withLock { $0.ids(for: key) }
+        return state.withLock { $0.slots.ids(for: key) }
+    }
+
+    /// The candidates for `digest` that have a place (each still to be checked against the
+    /// records it names).
+    public func placedCandidates(_ digest: ContentHash) -> [(id: Int64, place: EntryPlace)] {
+        let key = key(of: digest)
+        return state.withLock { state in
+            state.slots.ids(for: key).compactMap { id in state.places[id].map { (id, $0) } }
+        }
     }
 
     /// Whether any row may hold `digest` (false: none does, for certain).
     public func mayContain(_ digest: ContentHash) -> Bool {
         let key = key(of: digest)
-        return slots.withLock { $0.contains(key) }
+        return state.withLock { $0.slots.contains(key) }
     }
 
     /// The number of ids held (committed rows, plus candidates not yet confirmed or removed).
-    public var count: Int { slots.withLock { $0.count } }
+    public var count: Int { state.withLock { $0.slots.count } }
 
-    /// Bytes of the slot arrays (for the memory budget).
-    public var byteCount: Int { slots.withLock { $0.capacity * 16 } }
+    /// The number of rows with a place.
+    public var placeCount: Int { state.withLock { $0.places.count } }
+
+    /// Bytes of the slot arrays and of the places dictionary (for the memory budget).
+    public var byteCount: Int {
+        state.withLock { $0.slots.capacity * 16 + $0.places.capacity * (8 + MemoryLayout<EntryPlace>.stride) }
+    }
 
     func insert(_ digest: ContentHash, id: Int64) {
         let key = key(of: digest)
-        slots.withLock { $0.insert(key, id: id) }
+        state.withLock { $0.slots.insert(key, id: id) }
     }
 
     func remove(_ pairs: [(digest: ContentHash, id: Int64)]) {
         guard !pairs.isEmpty else { return }
         let keys = pairs.map { (key(of: $0.digest), $0.id) }
-        slots.withLock { slots in
-            for (key, id) in keys { slots.remove(key, id: id) }
+        state.withLock { state in
+            for (key, id) in keys { state.slots.remove(key, id: id) }
         }
     }
 
-    /// Replaces the contents with `pairs` (a load), sized for them.
-    func replace(with pairs: [(key: UInt64, id: Int64)]) {
+    /// Row `id` changed (or went): its place, if any, no longer holds.
+    func forgetPlace(_ id: Int64) {
+        state.withLock { _ = $0.places.removeValue(forKey: id) }
+    }
+
+    /// Committed writes' places, by row id.
+    func setPlaces(_ places: [Int64: EntryPlace]) {
+        guard !places.isEmpty else { return }
+        state.withLock { state in
+            for (id, place) in places { state.places[id] = place }
+        }
+    }
+
+    /// Committed read times: each row's place, if it has one, is read at `time` or later.
+    func noteReads(_ times: [Int64: Int64]) {
+        guard !times.isEmpty else { return }
+        state.withLock { state in
+            for (id, time) in times where state.places[id] != nil { state.places[id]!.accessedAt.raise(to: time) }
+        }
+    }
+
+    /// Replaces the contents with `pairs` and `places` (a load), sized for them.
+    func replace(with pairs: [(key: UInt64, id: Int64)], places: [Int64: EntryPlace]) {
         var fresh = DigestSlots(capacity: DigestSlots.capacity(for: pairs.count))
         for pair in pairs { fresh.insert(pair.key, id: pair.id) }
-        slots.withLock { $0 = fresh }
+        state.withLock { $0 = State(slots: fresh, places: places) }
     }
 
     func key(of digest: ContentHash) -> UInt64 {
@@ -78,6 +133,114 @@ public final class EntryDigestTable: Sendable {
         // 0 marks an empty slot.
         return x == 0 ? 1 : x
     }
+}
+
+/// Where a committed entry row's records are, for a get that reads them without SQLite: the
+/// blob record and, right after it, the link record of the write with ``sequence`` — one
+/// `pread` of ``span`` bytes at ``blobOffset`` of ``segment``. The link states the rest (key,
+/// blob id, hash and length, metadata); the reader checks both records before serving, and
+/// checks that the link says what the row says (``fingerprint``), as a read through SQLite
+/// compares the row with its link: a row damaged to name an older link of its key is refused
+/// either way.
+public struct EntryPlace: Hashable, Sendable {
+    /// The sequence of the write (the link record's).
+    public var sequence: UInt64
+    /// Where the blob record starts.
+    public var blobOffset: UInt64
+    /// The row's read time (milliseconds), as last committed.
+    public var accessedAt: Int64
+    /// ``fingerprint(url:variant:etag:lastModified:cachePolicy:blobID:linkLength:createdAt:expiresAt:)``
+    /// of the row.
+    public var fingerprint: UInt64
+    /// The segment holding both records.
+    public var segment: UInt32
+    /// Bytes from the blob record's start to the link record's end.
+    public var span: UInt32
+
+    /// Makes a place.
+    public init(
+        sequence: UInt64, blobOffset: UInt64, accessedAt: Int64, fingerprint: UInt64, segment: UInt32, span: UInt32
+    ) {
+        self.sequence = sequence
+        self.blobOffset = blobOffset
+        self.accessedAt = accessedAt
+        self.fingerprint = fingerprint
+        self.segment = segment
+        self.span = span
+    }
+
+    /// The place of `row`, whose blob record is at `blobOffset` of `blobSegment` and
+    /// `blobRecordBytes` long: nil unless the link record comes right after it.
+    init?(_ row: EntryRow, blobSegment: UInt32, blobOffset: UInt64, blobRecordBytes: UInt64) {
+        guard row.linkSegment == blobSegment, blobRecordBytes <= UInt64(UInt32.max),
+            row.linkOffset == blobOffset &+ blobRecordBytes, row.linkLength <= UInt64(UInt32.max),
+            let span = UInt32(exactly: blobRecordBytes + row.linkLength)
+        else { return nil }
+        let fingerprint = Self.fingerprint(
+            url: row.url, variant: row.variant, etag: row.etag, lastModified: row.lastModified,
+            cachePolicy: row.cachePolicy, blobID: row.blobID, linkLength: row.linkLength, createdAt: row.createdAt,
+            expiresAt: row.expiresAt)
+        self.init(
+            sequence: row.sequence, blobOffset: blobOffset, accessedAt: row.accessedAt, fingerprint: fingerprint,
+            segment: blobSegment, span: span)
+    }
+
+    /// A 64-bit hash of what a row says of its write besides the sequence and places: the key,
+    /// the blob id, the link record's length and the metadata. A reader computes it from the
+    /// link record it read; equal values mean the row describes that link.
+    public static func fingerprint(
+        url: String, variant: String, etag: String?, lastModified: String?, cachePolicy: String?, blobID: Int64,
+        linkLength: UInt64, createdAt: Int64, expiresAt: Int64?
+    ) -> UInt64 {
+        var builder = FingerprintBuilder()
+        for field in [url, variant, etag, lastModified, cachePolicy] {
+            guard var field else {
+                builder.absent()
+                continue
+            }
+            field.withUTF8 { builder.text(UnsafeRawBufferPointer($0)) }
+        }
+        return builder.finish(
+            blobID: blobID, linkLength: Int64(bitPattern: linkLength), createdAt: createdAt, expiresAt: expiresAt)
+    }
+}
+
+/// The bytes ``EntryPlace/fingerprint(url:variant:etag:lastModified:cachePolicy:blobID:linkLength:createdAt:expiresAt:)``
+/// hashes, in its order: five texts (URL, variant, ETag, Last-Modified, policy), each absent or
+/// length-prefixed, then four integers. The index's load feeds it column bytes directly.
+struct FingerprintBuilder {
+    private var bytes: [UInt8] = []
+
+    init() { bytes.reserveCapacity(256) }
+
+    mutating func absent() { bytes.append(0) }
+
+    mutating func text(_ raw: UnsafeRawBufferPointer) {
+        bytes.append(1)
+        integer(Int64(raw.count))
+        bytes.append(contentsOf: raw)
+    }
+
+    private mutating func integer(_ value: Int64) {
+        withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
+    }
+
+    mutating func finish(blobID: Int64, linkLength: Int64, createdAt: Int64, expiresAt: Int64?) -> UInt64 {
+        integer(blobID)
+        integer(linkLength)
+        integer(createdAt)
+        if let expiresAt {
+            bytes.append(1)
+            integer(expiresAt)
+        } else {
+            bytes.append(0)
+        }
+        return bytes.withUnsafeBytes { XXH3.hash64($0) }
+    }
+}
+
+extension Int64 {
+    fileprivate mutating func raise(to value: Int64) { if value > self { self = value } }
 }
 
 /// An open-addressing multimap from nonzero 64-bit keys to row ids: linear probing, deletion by

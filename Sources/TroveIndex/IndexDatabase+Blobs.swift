@@ -31,14 +31,16 @@ extension IndexDatabase {
         }
     }
 
-    func retainBlob(_ id: Int64) throws(IndexError) {
+    /// Adds a reference to blob `id`; returns where its record is (nil: no such blob).
+    @discardableResult
+    func retainBlob(_ id: Int64) throws(IndexError) -> (segment: UInt32, offset: UInt64, recordBytes: UInt64)? {
         // 0 → 1: the blob record becomes live bytes of its segment.
         let after = try statement(.retainBlob).first([.integer(id)]) {
-            ($0.int64(0), UInt32(truncatingIfNeeded: $0.int64(1)), $0.int64(2))
+            ($0.int64(0), UInt32(truncatingIfNeeded: $0.int64(1)), $0.int64(2), $0.int64(3))
         }
-        if let (refs, segment, bytes) = after, refs == 1 {
-            try addLiveBytes(bytes, segment: segment)
-        }
+        guard let (refs, segment, bytes, offset) = after else { return nil }
+        if refs == 1 { try addLiveBytes(bytes, segment: segment) }
+        return offset >= 0 && bytes >= 0 ? (segment, UInt64(offset), UInt64(bytes)) : nil
     }
 
     func releaseBlob(_ id: Int64) throws(IndexError) {

@@ -88,13 +88,18 @@ extension IndexDatabase {
     public func link(_ row: EntryRow, replacing current: EntryRow?) throws(IndexError) {
         // Retain first: when the replaced entry links to the same blob, releasing it first
         // would drop the blob to zero references.
-        try retainBlob(row.blobID)
-        try write(row, replacing: current)
+        let blob = try retainBlob(row.blobID)
+        try write(row, replacing: current, blob: blob)
     }
 
     /// Writes `row` in place of `current` (the key's row, nil for none), releasing `current`'s
-    /// blob and moving the link's live bytes; `row`'s blob is already retained.
-    private func write(_ row: EntryRow, replacing current: EntryRow?) throws(IndexError) {
+    /// blob and moving the link's live bytes; `row`'s blob is already retained, its record at
+    /// `blob` (when known: the row's place in ``digests`` is set from it).
+    private func write(
+        _ row: EntryRow, replacing current: EntryRow?, blob: (segment: UInt32, offset: UInt64, recordBytes: UInt64)?
+    )
+        throws(IndexError)
+    {
         if let current {
             try addLiveBytes(-Int64(current.linkLength), segment: current.linkSegment)
             try releaseBlob(current.blobID)
@@ -102,7 +107,9 @@ extension IndexDatabase {
             var changed = 0
             for id in try entryIDs(of: row.keyDigest) {
                 try statement(.replaceEntry).run(Self.values(of: row) + [.integer(id)])
+                guard connection.changes > 0 else { continue }
                 changed += connection.changes
+                stagePlace(of: row, id: id, blob: blob)
             }
             // An update that found no row would leave the key unlinked after its old blob was
             // released.
@@ -126,7 +133,9 @@ extension IndexDatabase {
             try statement(.insertEntry).run(Self.values(of: row))
             // In the digest table before the transaction commits (readers see the row no
             // earlier); a rollback takes it out again.
-            noteInserted(row.keyDigest, id: connection.lastInsertRowID)
+            let id = connection.lastInsertRowID
+            noteInserted(row.keyDigest, id: id)
+            stagePlace(of: row, id: id, blob: blob)
         }
         try addLiveBytes(Int64(row.linkLength), segment: row.linkSegment)
     }
@@ -156,7 +165,7 @@ extension IndexDatabase {
         guard connection.changes > 0 else { return false }
         // Its first reference: the record becomes live bytes of its segment.
         try addLiveBytes(Int64(recordBytes), segment: segment)
-        try write(row, replacing: current)
+        try write(row, replacing: current, blob: (segment, offset, recordBytes))
         return true
     }
 
@@ -209,8 +218,12 @@ extension IndexDatabase {
             for id in try entryIDs(of: digest) { updates.append((id, digest, time)) }
         }
         let update = try statement(.touch)
+        // The statement changes read times alone: the rows keep their places, raised.
+        places?.keepingPlaces = true
+        defer { places?.keepingPlaces = false }
         for (id, digest, time) in updates.sorted(by: { $0.id < $1.id }) {
             try update.run([.integer(time), .integer(id), .hash(digest)])
+            if connection.changes > 0 { places?.stageRead(id: id, at: time, now: !isInTransaction) }
         }
     }
 

@@ -24,6 +24,9 @@ public final class IndexDatabase {
     /// back) and rows it deleted (taken out of ``digests`` once it commits).
     var insertedDigests: [(digest: ContentHash, id: Int64)] = []
     var removedDigests: [(digest: ContentHash, id: Int64)] = []
+    /// Keeps the places in ``digests`` with this connection's changes (a writer's; nil for a
+    /// reader).
+    let places: PlaceKeeper?
 
     /// Opens the index at `path`.
     ///
@@ -37,7 +40,9 @@ public final class IndexDatabase {
     ///   `.corrupt` when it is not a database or (a writer) when two entry rows share a key
     ///   digest, `.sqlite` otherwise.
     public init(path: String, readOnly: Bool, digests: EntryDigestTable? = nil) throws(IndexError) {
-        self.digests = readOnly ? digests : digests ?? EntryDigestTable()
+        let table = readOnly ? digests : digests ?? EntryDigestTable()
+        self.digests = table
+        places = readOnly ? nil : table.map(PlaceKeeper.init)
         connection = try SQLiteConnection(path: path, readOnly: readOnly)
         try connection.keepWriteAheadLogFiles()
         // A point lookup costs about 3.8 µs with mmap against 10.7 µs without (DESIGN.md). The
@@ -52,6 +57,7 @@ public final class IndexDatabase {
             // segment's tail (Docs/Architecture.md, "Durability").
             try connection.execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY;")
             try migrate()
+            if let places { connection.observeRowChanges(inTable: "entries", places.rowChanged) }
             try loadDigests()
         }
     }

@@ -301,6 +301,69 @@ public final class SegmentFile: Sendable {
         }
     }
 
+    /// An entry read through its place, without an index row: the verified payload and the link
+    /// record that states what it is.
+    public struct PlacedEntry: Sendable {
+        /// The blob's payload, verified.
+        public var payload: Data
+        /// The link record, verified and decoded.
+        public var link: LinkRecord
+        /// The blob record's length (where the link record starts, from the blob's offset).
+        public var blobRecordBytes: UInt64
+        /// The link record's length.
+        public var linkRecordBytes: UInt64
+    }
+
+    /// Reads the `span` bytes at `offset` with one `pread` and returns the entry there when they
+    /// are exactly a blob record followed by the link record with `identity` (a key digest and a
+    /// sequence) that names that blob: both headers intact and written there by this store, both
+    /// bodies matching their checksums, the link decoding to `identity`'s key and sequence, and
+    /// its blob id, content hash and length those of the blob record.
+    ///
+    /// Nil when anything differs — a version-1 segment, a span that is not the two records, damage,
+    /// other records, an I/O error or a short read — without saying which: the caller then
+    /// reads the entry the way that tells damage from a move and reports it.
+    public func readPlacedEntry(at offset: UInt64, span: Int, identity: RecordIdentity) -> PlacedEntry? {
+        let headerSize = PackFormat.Version2.recordHeaderSize
+        guard format.version == 2, identity.type == .link, span >= 2 * headerSize,
+            UInt64(span) <= 2 * (PackFormat.maximumBodyLength + UInt64(headerSize))
+        else { return nil }
+        let base = UnsafeMutableRawPointer.allocate(byteCount: span, alignment: 16)
+        var handedOver = false
+        defer { if !handedOver { base.deallocate() } }
+        let raw = UnsafeRawBufferPointer(start: base, count: span)
+        guard
+            let n = try? SystemCall.pread(
+                descriptor, into: UnsafeMutableRawBufferPointer(start: base, count: span), at: offset, path: path,
+                faults: faults),
+            n == span
+        else { return nil }
+        // The blob record: its header, then its body must leave room for a link header.
+        guard let blob = intactHeader(UnsafeRawBufferPointer(rebasing: raw[0..<headerSize]), at: offset),
+            blob.type == .blob, let blobIdentity = blob.identity, blob.recordLength <= UInt64(span - headerSize)
+        else { return nil }
+        let linkStart = Int(blob.recordLength)
+        guard
+            let linkHeader = intactHeader(
+                UnsafeRawBufferPointer(rebasing: raw[linkStart..<linkStart + headerSize]), at: offset + UInt64(linkStart)),
+            linkHeader.identity == identity, UInt64(linkStart) + linkHeader.recordLength == UInt64(span)
+        else { return nil }
+        let linkBody = UnsafeRawBufferPointer(rebasing: raw[(linkStart + headerSize)...])
+        guard XXH3.hash64(linkBody, seed: format.bodySeed(.link)) == linkHeader.bodyChecksum,
+            case .link(let link)? = RecordCodec.contentV2(header: linkHeader, body: linkBody),
+            link.blobID == blobIdentity.sequence, link.blobHash == blobIdentity.digest,
+            link.blobLength == blob.bodyLength
+        else { return nil }
+        let payload = UnsafeRawBufferPointer(rebasing: raw[headerSize..<linkStart])
+        guard XXH3.hash64(payload, seed: format.bodySeed(.blob)) == blob.bodyChecksum else { return nil }
+        handedOver = true
+        let data = Data(
+            bytesNoCopy: base + headerSize, count: payload.count,
+            deallocator: .custom { pointer, _ in (pointer - headerSize).deallocate() })
+        return PlacedEntry(
+            payload: data, link: link, blobRecordBytes: blob.recordLength, linkRecordBytes: linkHeader.recordLength)
+    }
+
     /// One `pread` of the blob record at `offset` and `trailing` bytes after it; the payload
     /// when the record verifies and `trailingHolds` accepts the bytes after it (and where they
     /// start), nil when it does not or they are cut short by the end of the file.

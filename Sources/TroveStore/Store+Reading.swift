@@ -172,6 +172,15 @@ extension Store {
         case .removed: return nil
         case nil: break
         }
+        if readingBlob && verifying && !includingExpired, let (found, blob) = readThroughPlace(key) {
+            let expired = found.isExpired(at: now)
+            shared.withLock { state in
+                state.map.fill(found, for: key, readAt: generation)
+                if noteRead && !expired { state.readTimes[key] = now }
+                state.readsThroughPlaces += 1
+            }
+            return expired ? nil : (found.readBefore(previousRead), blob)
+        }
         let lookedUp = try readIndex { try $0.entry(digest: key.digest) }
         guard var row = lookedUp, row.entry.key == key else { return nil }
         var blob: Data?
@@ -209,6 +218,48 @@ extension Store {
             if noteRead && !expired { state.readTimes[key] = now }
         }
         return includingExpired || !expired ? (found.readBefore(previousRead), blob) : nil
+    }
+
+    /// `key`'s entry and bytes read through its place in the entry digest table
+    /// (``EntryPlace``), without SQLite: one `pread` of its blob and link records, both verified,
+    /// the link naming `key`, the place's sequence and that blob (SegmentFile's
+    /// `readPlacedEntry(at:span:identity:)`). The entry is built from the link record, the
+    /// pack's own statement of the write, and the place. Nil — read through the index — when no
+    /// candidate has a place or none checks out (a move, damage, a missing file): that path
+    /// tells them apart and reports damage.
+    ///
+    /// A place is never older than its committed row (``EntryDigestTable``), and the link's
+    /// identity ties the bytes to that write: what this serves is what the index would.
+    private func readThroughPlace(_ key: CacheKey) -> (entry: IndexedEntry, blob: Data)? {
+        let digest = key.digest
+        for (_, place) in entryDigests.placedCandidates(digest) {
+            guard let file = try? segmentFile(place.segment),
+                let read = file.readPlacedEntry(
+                    at: place.blobOffset, span: Int(place.span),
+                    identity: RecordIdentity(type: .link, sequence: place.sequence, digest: digest))
+            else { continue }
+            let link = read.link
+            // The digest matched; the key must too (digests can collide). And the row must
+            // describe this link, as `verifyLink(of:key:)` holds a row read from SQLite to it.
+            guard link.url == key.url, link.variant == key.variant,
+                place.fingerprint
+                    == EntryPlace.fingerprint(
+                        url: link.url, variant: link.variant, etag: link.etag, lastModified: link.lastModified,
+                        cachePolicy: link.cachePolicy, blobID: Int64(bitPattern: link.blobID),
+                        linkLength: read.linkRecordBytes, createdAt: link.createdAt, expiresAt: link.expiresAt)
+            else { continue }
+            let row = EntryRow(
+                keyDigest: digest, url: link.url, variant: link.variant, blobID: Int64(bitPattern: link.blobID),
+                linkSegment: place.segment, linkOffset: place.blobOffset + read.blobRecordBytes,
+                linkLength: read.linkRecordBytes, sequence: link.sequence, etag: link.etag,
+                lastModified: link.lastModified, expiresAt: link.expiresAt, createdAt: link.createdAt,
+                accessedAt: place.accessedAt, cost: Int64(bitPattern: link.blobLength), cachePolicy: link.cachePolicy)
+            let blob = BlobRow(
+                id: Int64(bitPattern: link.blobID), hash: link.blobHash, length: link.blobLength, segment: place.segment,
+                offset: place.blobOffset, recordBytes: read.blobRecordBytes, references: 1)
+            return (IndexedEntry(entry: row, blob: blob), read.payload)
+        }
+        return nil
     }
 
     /// `found`'s blob, read with the link record right after it in one `pread` and both

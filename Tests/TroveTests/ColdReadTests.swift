@@ -57,6 +57,72 @@ import TroveTestSupport
         }
     }
 
+    /// A cold get of an entry whose blob and link are neighbours reads them through the entry
+    /// digest table's place, without SQLite, and returns what the index path would (bytes and
+    /// info); deduplicated bytes and metadata updates (a link away from its blob) go through
+    /// the index. Overwritten and removed keys never serve the older records still in the packs.
+    @Test func coldGetsGoThroughPlacesAndServeOnlyTheNewestWrite() async throws {
+        try await withTemporaryDirectory { dir in
+            let dup = CacheKey(url: "https://cold.example/dup.jpg")
+            let clock = Locked(Int64(1_000_000))
+            let store = try openStore(dir) {
+                $0.compactionInterval = nil
+                $0.locationCacheLimit = 0
+                $0.clock = { clock.withLock { $0 } }
+            }
+            defer { try? store.close() }
+            func throughPlaces() -> Int { store.shared.withLock { $0.readsThroughPlaces } }
+            /// The entry as the index path builds it (the row, joined), before any get fills the map.
+            func viaIndex(_ k: CacheKey) throws -> EntryInfo? {
+                try store.readIndex { try $0.entry(digest: k.digest) }.map { store.info($0) }
+            }
+            for i in 0..<4 { try store.put(value(i), for: key(i), metadata: EntryMetadata(etag: "e\(i)")) }
+            try store.put(value(0), for: dup)
+            try store.flush()
+            for i in 0..<4 {
+                let expected = try viaIndex(key(i))
+                let before = throughPlaces()
+                let entry = try store.entry(for: key(i))
+                #expect(entry?.data == value(i))
+                #expect(entry?.info == expected, "key \(i): the place-built info differs from the row's")
+                #expect(throughPlaces() == before + 1, "key \(i) went through the index")
+            }
+            var before = throughPlaces()
+            #expect(try store.data(for: dup) == value(0))
+            #expect(throughPlaces() == before, "deduplicated bytes are read through the index")
+            // Overwrites leave older records of the key in the packs; the newest is served.
+            for round in 1...3 {
+                clock.withLock { $0 += 10 }
+                try store.put(value(10 * round), for: key(1))
+                try store.flush()
+                before = throughPlaces()
+                #expect(try store.data(for: key(1)) == value(10 * round))
+                #expect(throughPlaces() == before + 1)
+            }
+            // Read times flushed and read back through the place.
+            clock.withLock { $0 += 10 }
+            _ = try store.data(for: key(0))
+            try store.flush()
+            let readAt = try #require(try viaIndex(key(0))).accessedAt
+            #expect(try store.entry(for: key(0))?.info.accessedAt == readAt)
+            // Removed: nothing, though its records remain.
+            #expect(try store.remove(key(2)))
+            try store.flush()
+            #expect(try store.data(for: key(2)) == nil)
+            // A metadata update's link is not beside its blob: through the index, with the new ETag.
+            #expect(try store.updateMetadata(EntryMetadata(etag: "updated"), for: key(3)))
+            try store.flush()
+            before = throughPlaces()
+            #expect(try store.entry(for: key(3))?.info.metadata.etag == "updated")
+            #expect(throughPlaces() == before)
+            // Expired: not served through its place either.
+            try store.put(value(7), for: key(7), metadata: EntryMetadata(expiresAt: Date(timeIntervalSince1970: 1_000.150)))
+            try store.flush()
+            clock.withLock { $0 = 1_000_200 }
+            #expect(try store.data(for: key(7)) == nil)
+        }
+    }
+
     /// Damage to the link beside the blob: the blob's bytes are intact and in the same read,
     /// but the row is not proven, so nothing is served and the damage is recorded — as when the
     /// link is read on its own.

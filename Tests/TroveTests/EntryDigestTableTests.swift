@@ -299,4 +299,115 @@ import TroveTestSupport
             try store.close()
         }
     }
+
+    // MARK: Places
+
+    /// A row's place (what a cold get reads without SQLite) is never older than the row: every
+    /// statement that changes the row takes the place away at once — the writer's own, and one
+    /// nobody announced, since SQLite reports each changed row — and a write sets the new place
+    /// only when its transaction commits; a rollback leaves none. Read times raise a place
+    /// without taking it away. Loaded places describe their rows exactly as written ones do.
+    @Test func placesAreNeverOlderThanTheirRows() async throws {
+        try await withTemporaryDirectory { dir in
+            let dup = CacheKey(url: "https://places.example/dup")
+            var written: [CacheKey: EntryPlace] = [:]
+            do {
+                let store = try openStore(dir) { $0.compactionInterval = nil }
+                for i in 0..<10 { try store.put(value(i), for: key(i)) }
+                try store.put(value(0), for: dup)  // deduplicated: its link is not beside its blob
+                try store.flush()
+                for i in 0..<10 { written[key(i)] = store.entryDigests.placedCandidates(key(i).digest).first?.place }
+                try store.close()
+            }
+            let digests = EntryDigestTable()
+            let index = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: false, digests: digests)
+            func place(_ k: CacheKey) -> EntryPlace? {
+                let placed = digests.placedCandidates(k.digest)
+                #expect(placed.count <= 1)
+                return placed.first?.place
+            }
+            func row(_ k: CacheKey) throws -> EntryRow { try #require(try index.entryRow(digest: k.digest)) }
+            // Loaded: each put of new bytes has the place its commit set, fingerprint and all.
+            for i in 0..<10 {
+                #expect(place(key(i)) != nil && place(key(i)) == written[key(i)], "key \(i)")
+                #expect(place(key(i))?.sequence == (try row(key(i))).sequence)
+            }
+            #expect(place(dup) == nil)
+            #expect(digests.placeCount == 10)
+
+            // A replacement: gone with the statement, back with the commit, naming the new write.
+            var replacement = try row(key(1))
+            replacement.sequence += 1_000
+            replacement.etag = "replaced"
+            try index.begin()
+            try index.link(replacement)
+            #expect(place(key(1)) == nil, "an uncommitted write has no place, and the old one is gone")
+            try index.commit()
+            #expect(place(key(1))?.sequence == replacement.sequence)
+            #expect(place(key(1))?.fingerprint != written[key(1)]?.fingerprint)
+            // Rolled back: neither the new place nor, once the statement ran, the old one.
+            var rolledBack = replacement
+            rolledBack.sequence += 1_000
+            try index.begin()
+            try index.link(rolledBack)
+            try index.rollback()
+            #expect(place(key(1)) == nil)
+            #expect((try row(key(1))).sequence == replacement.sequence)
+
+            // A statement nobody announced — as a repair or a future statement might run — through
+            // the writer's connection: SQLite reports the row, the place goes.
+            try index.connection.execute("UPDATE entries SET etag = 'edited' WHERE url = '\(key(2).url)'")
+            #expect(place(key(2)) == nil)
+            try index.connection.execute("UPDATE entries SET cost = cost WHERE url = '\(key(3).url)'")
+            #expect(place(key(3)) == nil, "even an update that changes no value")
+
+            // A removal: gone with the statement, whether or not it commits.
+            try index.begin()
+            #expect(try index.removeEntry(digest: key(4).digest) != nil)
+            #expect(place(key(4)) == nil)
+            try index.rollback()
+            #expect(place(key(4)) == nil)
+            try index.writing { try index.removeEntry(digest: key(5).digest) }
+            #expect(place(key(5)) == nil)
+
+            // A link moved by the compactor, a row deleted by repair.
+            let moved = try row(key(6))
+            #expect(
+                try index.moveLink(
+                    of: key(6).digest, from: (moved.linkSegment, moved.linkOffset), to: moved.linkSegment,
+                    offset: moved.linkOffset + 1_000_000, length: moved.linkLength))
+            #expect(place(key(6)) == nil)
+            try index.writing { try index.deleteEntryRow(digest: key(7).digest) }
+            #expect(place(key(7)) == nil)
+
+            // Read times keep the place and raise its time when they commit.
+            let before = try #require(place(key(8)))
+            try index.writing { try index.touch([(key(8).digest, before.accessedAt + 5_000)]) }
+            var raised = before
+            raised.accessedAt += 5_000
+            #expect(place(key(8)) == raised)
+            try index.begin()
+            try index.touch([(key(8).digest, before.accessedAt + 9_000)])
+            try index.rollback()
+            #expect(place(key(8)) == raised)
+
+            // A new key: a candidate at once, a place only once committed.
+            var fresh = try row(key(9))
+            fresh.keyDigest = key(100).digest
+            fresh.url = key(100).url
+            try index.begin()
+            try index.link(fresh)
+            #expect(digests.mayContain(key(100).digest) && place(key(100)) == nil)
+            try index.commit()
+            #expect(place(key(100))?.sequence == fresh.sequence)
+            #expect(place(key(9)) == written[key(9)], "a row sharing its blob keeps its own place")
+
+            // Loaded again, every place is what the rows say now.
+            let reloaded = EntryDigestTable()
+            _ = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: false, digests: reloaded)
+            for k in (0..<10).map { key($0) } + [dup, key(100)] {
+                #expect(reloaded.placedCandidates(k.digest).first?.place == place(k) || place(k) == nil, "\(k)")
+            }
+        }
+    }
 }

@@ -414,6 +414,7 @@ import TroveTestSupport
             total.add(stats)
         }
         print("location map attack: \(seeds.count) seeds, \(total)")
+        #expect(total.placeReads > 0, "no cold get went through a place: the path this attack also covers was missed")
     }
 
     /// What the random sequences did, so that a run shows it reached the paths it means to.
@@ -425,8 +426,11 @@ import TroveTestSupport
         var repairs = 0
         var reopens = 0
         var gets = 0
+        /// Cold gets served through the entry digest table's places (no SQLite).
+        var placeReads = 0
 
         mutating func add(_ other: Stats) {
+            placeReads += other.placeReads
             steps += other.steps
             windowsRaced += other.windowsRaced
             writesInWindows += other.writesInWindows
@@ -438,7 +442,8 @@ import TroveTestSupport
 
         var description: String {
             "\(steps) steps, \(gets) gets checked, \(windowsRaced) commit windows raced by \(writesInWindows) writes, "
-                + "\(segmentsRewritten) segments rewritten, \(repairs) repairs, \(reopens) reopenings"
+                + "\(segmentsRewritten) segments rewritten, \(repairs) repairs, \(reopens) reopenings, "
+                + "\(placeReads) gets through places"
         }
     }
 
@@ -576,6 +581,7 @@ import TroveTestSupport
             case 89..<91:
                 trace.append("reopen")
                 stats.reopens += 1
+                stats.placeReads += store.shared.withLock { $0.readsThroughPlaces }
                 try store.close()
                 store = try open()
             case 91..<94:
@@ -594,9 +600,11 @@ import TroveTestSupport
         }
         for i in 0..<keys { try check(i, "final") }
         #expect(try store.fsck().isClean, "final fsck: \(context())")
+        stats.placeReads += store.shared.withLock { $0.readsThroughPlaces }
         try store.close()
         store = try open()
         for i in 0..<keys { try check(i, "reopened") }
+        stats.placeReads += store.shared.withLock { $0.readsThroughPlaces }
         return stats
     }
 
@@ -713,8 +721,10 @@ import TroveTestSupport
             await withCheckedContinuation { continuation in
                 finished.notify(queue: .global()) { continuation.resume() }
             }
-            print("location map race: \(counts.withLock { $0 })")
+            let placeReads = store.shared.withLock { $0.readsThroughPlaces }
+            print("location map race: \(counts.withLock { $0 }), \(placeReads) gets through places")
             #expect(problems.withLock { $0 }.isEmpty, "\(problems.withLock { $0 })")
+            #expect(placeReads > 0, "no racing get went through a place")
             #expect(store.backgroundError == nil)
             try store.flush()
             Self.checkRemovedKeys(store, "after the race")

@@ -37,6 +37,10 @@ final class SQLiteConnection {
     }
 
     deinit {
+        if let rowObserver {
+            sqlite3_update_hook(handle, nil, nil)
+            Unmanaged.passUnretained(rowObserver).release()
+        }
         // Statements must be finalized before the connection closes.
         statements.removeAll()
         slots.removeAll()
@@ -95,6 +99,30 @@ final class SQLiteConnection {
         var keep: Int32 = 1
         let rc = sqlite3_file_control(handle, "main", SQLITE_FCNTL_PERSIST_WAL, &keep)
         guard rc == SQLITE_OK else { throw error(rc) }
+    }
+
+    // MARK: Row changes
+
+    /// What ``observeRowChanges(inTable:_:)`` installed (retained for the hook's context).
+    private var rowObserver: RowChangeObserver?
+
+    /// Calls `body` with the rowid of every row of `table` that a statement on this connection
+    /// inserts, updates or deletes, as SQLite changes it (inside the statement, before its
+    /// transaction commits; a rolled-back change was reported too). SQLite's update hook: it
+    /// sees every statement, whoever wrote it, except a `DELETE` without `WHERE` (the truncate
+    /// optimization) and tables without rowids. One observer per connection; `body` must not
+    /// use the connection.
+    func observeRowChanges(inTable table: StaticString, _ body: @escaping (Int64) -> Void) {
+        precondition(rowObserver == nil, "one row observer per connection")
+        let observer = RowChangeObserver(table: table, body: body)
+        rowObserver = observer
+        _ = sqlite3_update_hook(
+            handle,
+            { context, _, _, changed, rowid in
+                guard let context, let changed else { return }
+                let observer = Unmanaged<RowChangeObserver>.fromOpaque(context).takeUnretainedValue()
+                if observer.matches(changed) { observer.body(rowid) }
+            }, Unmanaged.passRetained(observer).toOpaque())
     }
 
     // MARK: Checkpoints
@@ -165,6 +193,23 @@ final class SQLiteConnection {
         let code: IndexError.Code = primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB ? .corrupt : .sqlite
         return IndexError(
             code: code, message: "\(path): \(text)", resultCode: primary, extendedResultCode: rc, sql: sql)
+    }
+}
+
+/// A table name and what to call for each changed row of it (``SQLiteConnection/observeRowChanges(inTable:_:)``).
+private final class RowChangeObserver {
+    /// The table's name, NUL-terminated.
+    let table: [CChar]
+    let body: (Int64) -> Void
+
+    init(table: StaticString, body: @escaping (Int64) -> Void) {
+        self.table = table.withUTF8Buffer { $0.map { CChar(bitPattern: $0) } } + [0]
+        self.body = body
+    }
+
+    /// Whether the NUL-terminated `name` SQLite passed is ``table``.
+    func matches(_ name: UnsafePointer<CChar>) -> Bool {
+        strcmp(name, table) == 0
     }
 }
 

@@ -166,6 +166,13 @@ struct SQLiteRow {
 
     func optionalText(_ column: Int32) -> String? { isNull(column) ? nil : text(column) }
 
+    /// A TEXT column's UTF-8 bytes, valid until the next step; nil for NULL.
+    func textBytes(_ column: Int32) -> UnsafeRawBufferPointer? {
+        guard !isNull(column) else { return nil }
+        guard let p = sqlite3_column_text(handle, column) else { return UnsafeRawBufferPointer(start: nil, count: 0) }
+        return UnsafeRawBufferPointer(start: p, count: Int(sqlite3_column_bytes(handle, column)))
+    }
+
     /// A 16-byte hash column; nil when the column is not a BLOB of 16 bytes (a damaged row:
     /// TEXT of the same bytes is no match for a lookup bound as a BLOB, so it must not read as
     /// a good digest either).

@@ -19,6 +19,9 @@ struct SharedState {
     var backgroundError: StoreError?
     /// Whether an fsck has already reported what opening the store repaired.
     var recoveryReported = false
+    /// Cold gets served through the entry digest table's places, without SQLite (for tests
+    /// and the benchmark's report).
+    var readsThroughPlaces = 0
 }
 
 /// A read-only index connection lent to one reader at a time.
