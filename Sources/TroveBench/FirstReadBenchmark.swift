@@ -1,4 +1,5 @@
 public import Foundation
+@_spi(Testing) import TroveStore
 
 /// An image cache's day, each engine in a fresh process of its own: a catalog of image-sized
 /// entries (80 % 5–50 KB, 17 % 100–500 KB, 3 % 1–4 MB) written by this process, then a new
@@ -22,6 +23,9 @@ public enum FirstReadBenchmark {
         /// Resident memory after opening the engine, and the peak over the whole child, bytes.
         public var residentAfterOpen: Int?
         public var peakResident: Int?
+        /// Trove: how many of the first reads went through the entry digest table's places
+        /// (one `pread`, no SQLite); nil for the other engines.
+        public var firstReadsThroughPlaces: Int?
     }
 
     /// The engines, by the name the child is given: the three compared, and the floor
@@ -72,6 +76,9 @@ public enum FirstReadBenchmark {
             let report = try runChild(
                 executable, ["bench-worker", engine, directory + "/" + engine, String(items), String(operations)])
             let name = names[engine]!
+            if let placed = report.firstReadsThroughPlaces {
+                progress("first reads: \(name) served \(placed) of \(items) through places, without SQLite")
+            }
             let peak = report.peakResident.map { Double($0) / 1_048_576 }
             var first = Measurement()
             first.latencies = report.firstReads
@@ -110,6 +117,7 @@ public enum FirstReadBenchmark {
             }
         }
         let first = try measure(items, { try store.get(key(order[$0])) }, check: { try check(order[$0], $1) }, synced: false)
+        let throughPlaces = (store as? TroveEngine)?.store.readsThroughPlaces
         // Then the cache's day: Zipf-popular keys, one operation in ten a new version of the
         // value (a put), as a cache replacing what changed at its origin. Each put's value is
         // made just before its operation, outside the timing, and dropped after it, so the
@@ -146,7 +154,8 @@ public enum FirstReadBenchmark {
         zipf.total += clock.now - t0
         return WorkerReport(
             firstReads: first.latencies, firstReadSeconds: first.seconds, zipfGets: zipf.latencies, zipfSeconds: zipf.seconds,
-            residentAfterOpen: residentAfterOpen, peakResident: ResidentMemory.peakBytes())
+            residentAfterOpen: residentAfterOpen, peakResident: ResidentMemory.peakBytes(),
+            firstReadsThroughPlaces: throughPlaces)
     }
 
     private static func open(_ engine: String, directory: String) throws -> any BlobStoring {

@@ -32,8 +32,9 @@ public import TroveCore
 ///
 /// Memory: 16 bytes a slot, at most three quarters of the slots used: 21–43 bytes an entry
 /// (~3 MB for 100 000 entries, ~32 MB for a million), in one allocation that doubles as it grows;
-/// and a place (32 bytes) in a dictionary by row id, about 54–108 bytes an entry that has one
-/// (``byteCount`` counts both).
+/// and a place (40 bytes) in a dictionary by row id: 48 bytes a bucket with its key, at most
+/// three quarters used, 64–128 bytes an entry that has a place (~100 MB for a million; ``byteCount``
+/// counts both).
 public final class EntryDigestTable: Sendable {
     private struct State {
         var slots: DigestSlots
@@ -76,9 +77,14 @@ public final class EntryDigestTable: Sendable {
     /// The number of rows with a place.
     public var placeCount: Int { state.withLock { $0.places.count } }
 
-    /// Bytes of the slot arrays and of the places dictionary (for the memory budget).
+    /// Bytes of the slot arrays and of the places dictionary's buckets (for the memory budget).
     public var byteCount: Int {
-        state.withLock { $0.slots.capacity * 16 + $0.places.capacity * (8 + MemoryLayout<EntryPlace>.stride) }
+        state.withLock { state in
+            // A Swift dictionary holds its capacity in three quarters of a power-of-two bucket count.
+            let places = state.places.capacity
+            let buckets = places == 0 ? 0 : 1 << (Int.bitWidth - (places * 4 / 3).leadingZeroBitCount)
+            return state.slots.capacity * 16 + buckets * (8 + MemoryLayout<EntryPlace>.stride)
+        }
     }
 
     func insert(_ digest: ContentHash, id: Int64) {
@@ -141,7 +147,9 @@ public final class EntryDigestTable: Sendable {
 /// blob id, hash and length, metadata); the reader checks both records before serving, and
 /// checks that the link says what the row says (``fingerprint``), as a read through SQLite
 /// compares the row with its link: a row damaged to name an older link of its key is refused
-/// either way.
+/// either way, unless the damage made it say everything that link says (its creation time,
+/// metadata, blob and length too) — then neither path can tell it from the newest write, and
+/// `trove fsck`, which folds the packs by sequence, reports it.
 public struct EntryPlace: Hashable, Sendable {
     /// The sequence of the write (the link record's).
     public var sequence: UInt64
@@ -169,28 +177,29 @@ public struct EntryPlace: Hashable, Sendable {
         self.span = span
     }
 
-    /// The place of `row`, whose blob record is at `blobOffset` of `blobSegment` and
-    /// `blobRecordBytes` long: nil unless the link record comes right after it.
-    init?(_ row: EntryRow, blobSegment: UInt32, blobOffset: UInt64, blobRecordBytes: UInt64) {
-        guard row.linkSegment == blobSegment, blobRecordBytes <= UInt64(UInt32.max),
-            row.linkOffset == blobOffset &+ blobRecordBytes, row.linkLength <= UInt64(UInt32.max),
-            let span = UInt32(exactly: blobRecordBytes + row.linkLength)
+    /// The place of `row`, whose blob (`blob`: its hash and payload length, the record's place
+    /// and length) has its record right before the link record; nil when it is not.
+    init?(_ row: EntryRow, blob: BlobPlace) {
+        guard row.linkSegment == blob.segment, blob.recordBytes <= UInt64(UInt32.max),
+            row.linkOffset == blob.offset &+ blob.recordBytes, row.linkLength <= UInt64(UInt32.max),
+            let span = UInt32(exactly: blob.recordBytes + row.linkLength)
         else { return nil }
         let fingerprint = Self.fingerprint(
             url: row.url, variant: row.variant, etag: row.etag, lastModified: row.lastModified,
-            cachePolicy: row.cachePolicy, blobID: row.blobID, linkLength: row.linkLength, createdAt: row.createdAt,
-            expiresAt: row.expiresAt)
+            cachePolicy: row.cachePolicy, blobID: row.blobID, blobHash: blob.hash, blobLength: blob.length,
+            linkLength: row.linkLength, createdAt: row.createdAt, expiresAt: row.expiresAt)
         self.init(
-            sequence: row.sequence, blobOffset: blobOffset, accessedAt: row.accessedAt, fingerprint: fingerprint,
-            segment: blobSegment, span: span)
+            sequence: row.sequence, blobOffset: blob.offset, accessedAt: row.accessedAt, fingerprint: fingerprint,
+            segment: blob.segment, span: span)
     }
 
-    /// A 64-bit hash of what a row says of its write besides the sequence and places: the key,
-    /// the blob id, the link record's length and the metadata. A reader computes it from the
-    /// link record it read; equal values mean the row describes that link.
+    /// A 64-bit hash of what a row and its blob row say of the write besides the sequence and
+    /// places: the key, the blob's id, content hash and length, the link record's length and the
+    /// metadata. A reader computes it from the link record it read; equal values mean the rows
+    /// describe that link (what a read through SQLite compares, field by field).
     public static func fingerprint(
         url: String, variant: String, etag: String?, lastModified: String?, cachePolicy: String?, blobID: Int64,
-        linkLength: UInt64, createdAt: Int64, expiresAt: Int64?
+        blobHash: ContentHash, blobLength: UInt64, linkLength: UInt64, createdAt: Int64, expiresAt: Int64?
     ) -> UInt64 {
         var builder = FingerprintBuilder()
         for field in [url, variant, etag, lastModified, cachePolicy] {
@@ -201,13 +210,24 @@ public struct EntryPlace: Hashable, Sendable {
             field.withUTF8 { builder.text(UnsafeRawBufferPointer($0)) }
         }
         return builder.finish(
-            blobID: blobID, linkLength: Int64(bitPattern: linkLength), createdAt: createdAt, expiresAt: expiresAt)
+            blobID: blobID, blobHash: blobHash, blobLength: Int64(bitPattern: blobLength),
+            linkLength: Int64(bitPattern: linkLength), createdAt: createdAt, expiresAt: expiresAt)
     }
+}
+
+/// What the writer knows of a blob when it writes a row linking to it: enough for the row's
+/// ``EntryPlace``.
+struct BlobPlace {
+    var hash: ContentHash
+    var length: UInt64
+    var segment: UInt32
+    var offset: UInt64
+    var recordBytes: UInt64
 }
 
 /// The bytes ``EntryPlace/fingerprint(url:variant:etag:lastModified:cachePolicy:blobID:linkLength:createdAt:expiresAt:)``
 /// hashes, in its order: five texts (URL, variant, ETag, Last-Modified, policy), each absent or
-/// length-prefixed, then four integers. The index's load feeds it column bytes directly.
+/// length-prefixed, then the integers (the blob's hash as two). The index's load feeds it column bytes directly.
 struct FingerprintBuilder {
     private var bytes: [UInt8] = []
 
@@ -225,8 +245,13 @@ struct FingerprintBuilder {
         withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
     }
 
-    mutating func finish(blobID: Int64, linkLength: Int64, createdAt: Int64, expiresAt: Int64?) -> UInt64 {
+    mutating func finish(
+        blobID: Int64, blobHash: ContentHash, blobLength: Int64, linkLength: Int64, createdAt: Int64, expiresAt: Int64?
+    ) -> UInt64 {
         integer(blobID)
+        integer(Int64(bitPattern: blobHash.high))
+        integer(Int64(bitPattern: blobHash.low))
+        integer(blobLength)
         integer(linkLength)
         integer(createdAt)
         if let expiresAt {

@@ -31,16 +31,21 @@ extension IndexDatabase {
         }
     }
 
-    /// Adds a reference to blob `id`; returns where its record is (nil: no such blob).
+    /// Adds a reference to blob `id`; returns what its row says of it (nil: no such blob, or a
+    /// row no place can be made from).
     @discardableResult
-    func retainBlob(_ id: Int64) throws(IndexError) -> (segment: UInt32, offset: UInt64, recordBytes: UInt64)? {
+    func retainBlob(_ id: Int64) throws(IndexError) -> BlobPlace? {
         // 0 → 1: the blob record becomes live bytes of its segment.
-        let after = try statement(.retainBlob).first([.integer(id)]) {
-            ($0.int64(0), UInt32(truncatingIfNeeded: $0.int64(1)), $0.int64(2), $0.int64(3))
+        let after = try statement(.retainBlob).first([.integer(id)]) { r in
+            (
+                r.int64(0), UInt32(truncatingIfNeeded: r.int64(1)), r.int64(2), r.int64(3), r.hash(4), r.int64(5)
+            )
         }
-        guard let (refs, segment, bytes, offset) = after else { return nil }
+        guard let (refs, segment, bytes, offset, hash, length) = after else { return nil }
         if refs == 1 { try addLiveBytes(bytes, segment: segment) }
-        return offset >= 0 && bytes >= 0 ? (segment, UInt64(offset), UInt64(bytes)) : nil
+        guard offset >= 0, bytes >= 0, length >= 0, let hash else { return nil }
+        return BlobPlace(
+            hash: hash, length: UInt64(length), segment: segment, offset: UInt64(offset), recordBytes: UInt64(bytes))
     }
 
     func releaseBlob(_ id: Int64) throws(IndexError) {

@@ -24,7 +24,8 @@ extension IndexDatabase {
             """
             SELECT e.id, e.key_hash, e.sequence, e.link_segment, e.link_offset, e.link_length, e.accessed_at,
                 b.segment, b.offset, b.record_bytes,
-                e.url, e.variant, e.etag, e.last_modified, e.cache_policy, e.blob, e.created_at, e.expires_at
+                e.url, e.variant, e.etag, e.last_modified, e.cache_policy, e.blob, e.created_at, e.expires_at,
+                b.hash, b.length
             FROM entries e LEFT JOIN blobs b ON b.id = e.blob
             """
         ).query { (r) throws(IndexError) in
@@ -36,14 +37,15 @@ extension IndexDatabase {
             guard !r.isNull(7), r.int64(7) == r.int64(3), r.int64(8) >= 0, r.int64(9) > 0, r.int64(5) > 0,
                 r.int64(4) == r.int64(8) &+ r.int64(9), let segment = UInt32(exactly: r.int64(3)),
                 let span = UInt32(exactly: r.int64(9) &+ r.int64(5)), r.int64(9) &+ r.int64(5) > 0,
-                !r.isNull(10), !r.isNull(11)
+                !r.isNull(10), !r.isNull(11), let blobHash = r.hash(18), r.int64(19) >= 0
             else { return true }
             var builder = FingerprintBuilder()
             for column: Int32 in 10...14 {
                 if let bytes = r.textBytes(column) { builder.text(bytes) } else { builder.absent() }
             }
             let fingerprint = builder.finish(
-                blobID: r.int64(15), linkLength: r.int64(5), createdAt: r.int64(16), expiresAt: r.optionalInt64(17))
+                blobID: r.int64(15), blobHash: blobHash, blobLength: r.int64(19), linkLength: r.int64(5),
+                createdAt: r.int64(16), expiresAt: r.optionalInt64(17))
             places[id] = EntryPlace(
                 sequence: r.sequence(2), blobOffset: UInt64(r.int64(8)), accessedAt: r.int64(6), fingerprint: fingerprint,
                 segment: segment, span: span)
@@ -92,10 +94,8 @@ extension IndexDatabase {
 
     /// Row `id` now holds `row`, whose blob record is at `blob`: its place, set when the
     /// transaction commits (at once outside one). Call after the statement that wrote it.
-    func stagePlace(of row: EntryRow, id: Int64, blob: (segment: UInt32, offset: UInt64, recordBytes: UInt64)?) {
-        guard let blob,
-            let place = EntryPlace(row, blobSegment: blob.segment, blobOffset: blob.offset, blobRecordBytes: blob.recordBytes)
-        else { return }
+    func stagePlace(of row: EntryRow, id: Int64, blob: BlobPlace?) {
+        guard let blob, let place = EntryPlace(row, blob: blob) else { return }
         places?.stage(place, id: id, now: !isInTransaction)
     }
 

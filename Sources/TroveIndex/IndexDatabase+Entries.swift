@@ -96,7 +96,7 @@ extension IndexDatabase {
     /// blob and moving the link's live bytes; `row`'s blob is already retained, its record at
     /// `blob` (when known: the row's place in ``digests`` is set from it).
     private func write(
-        _ row: EntryRow, replacing current: EntryRow?, blob: (segment: UInt32, offset: UInt64, recordBytes: UInt64)?
+        _ row: EntryRow, replacing current: EntryRow?, blob: BlobPlace?
     )
         throws(IndexError)
     {
@@ -165,7 +165,9 @@ extension IndexDatabase {
         guard connection.changes > 0 else { return false }
         // Its first reference: the record becomes live bytes of its segment.
         try addLiveBytes(Int64(recordBytes), segment: segment)
-        try write(row, replacing: current, blob: (segment, offset, recordBytes))
+        try write(
+            row, replacing: current,
+            blob: BlobPlace(hash: hash, length: length, segment: segment, offset: offset, recordBytes: recordBytes))
         return true
     }
 

@@ -35,7 +35,8 @@ enum IndexStatement: Int {
         case .insertBlob, .insertLinkedBlob:
             "INSERT INTO blobs(id, hash, length, segment, offset, record_bytes, refs) VALUES (?, ?, ?, ?, ?, ?, "
                 + (self == .insertBlob ? "0" : "1") + ") ON CONFLICT(id) DO NOTHING"
-        case .retainBlob: "UPDATE blobs SET refs = refs + 1 WHERE id = ? RETURNING refs, segment, record_bytes, offset"
+        case .retainBlob:
+            "UPDATE blobs SET refs = refs + 1 WHERE id = ? RETURNING refs, segment, record_bytes, offset, hash, length"
         case .releaseBlob: "UPDATE blobs SET refs = refs - 1 WHERE id = ? RETURNING refs, segment, record_bytes"
         case .insertEntry:
             """

@@ -301,6 +301,9 @@ public final class SegmentFile: Sendable {
         }
     }
 
+    /// Spans above this are checked against the file's size before anything is allocated.
+    static let spanCheckedAgainstSize = 16 << 20
+
     /// An entry read through its place, without an index row: the verified payload and the link
     /// record that states what it is.
     public struct PlacedEntry: Sendable {
@@ -328,6 +331,11 @@ public final class SegmentFile: Sendable {
         guard format.version == 2, identity.type == .link, span >= 2 * headerSize,
             UInt64(span) <= 2 * (PackFormat.maximumBodyLength + UInt64(headerSize))
         else { return nil }
+        // A span past the file's end (a damaged row) must not cost its allocation: large ones
+        // are held to the file's size first (an fstat; a value's span rarely gets there).
+        if span > Self.spanCheckedAgainstSize {
+            guard let size = try? size(), offset <= size, UInt64(span) <= size - offset else { return nil }
+        }
         let base = UnsafeMutableRawPointer.allocate(byteCount: span, alignment: 16)
         var handedOver = false
         defer { if !handedOver { base.deallocate() } }

@@ -7,7 +7,9 @@ extension Store {
     /// The entry for `key`: its bytes, verified, and its metadata; nil when there is none.
     ///
     /// A warm read is one lookup in the in-memory location map and one `pread`; a cold read
-    /// adds one indexed SQLite lookup on a read-only connection. The read time is noted in
+    /// of a row whose place the entry digest table holds (a put of new bytes) is one `pread`
+    /// too, checked against the place, and any other adds one indexed SQLite lookup on a
+    /// read-only connection. The read time is noted in
     /// memory and written to the index later, so a read never waits for an index write.
     ///
     /// An entry past its expiry is not returned: it is gone for readers at once, and the
@@ -246,7 +248,8 @@ extension Store {
                     == EntryPlace.fingerprint(
                         url: link.url, variant: link.variant, etag: link.etag, lastModified: link.lastModified,
                         cachePolicy: link.cachePolicy, blobID: Int64(bitPattern: link.blobID),
-                        linkLength: read.linkRecordBytes, createdAt: link.createdAt, expiresAt: link.expiresAt)
+                        blobHash: link.blobHash, blobLength: link.blobLength, linkLength: read.linkRecordBytes,
+                        createdAt: link.createdAt, expiresAt: link.expiresAt)
             else { continue }
             let row = EntryRow(
                 keyDigest: digest, url: link.url, variant: link.variant, blobID: Int64(bitPattern: link.blobID),

@@ -69,3 +69,10 @@ extension Store {
             indexBytes: indexBytes, segments: segmentIDs.count)
     }
 }
+
+extension Store {
+    /// Cold gets this store served through the entry digest table's places, without SQLite
+    /// (Docs/Architecture.md, "Places"): what the benchmark reports to show which path its
+    /// first reads took.
+    @_spi(Testing) public var readsThroughPlaces: Int { shared.withLock { $0.readsThroughPlaces } }
+}

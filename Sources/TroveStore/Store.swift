@@ -257,7 +257,8 @@ public final class Store: Sendable {
         }
         return shared.withLock { state in
             if let existing = state.segmentFiles[id] { return existing }
-            state.segmentFiles[id] = file
+            // A read racing close() uses the file and lets it go: a closed store keeps none open.
+            if !state.isClosed { state.segmentFiles[id] = file }
             return file
         }
     }

@@ -123,6 +123,55 @@ import TroveTestSupport
         }
     }
 
+    /// A damaged blob row (its hash or length) is judged the same with a place as through the
+    /// index: the get throws and records the damage, and `contains` agrees — the place's
+    /// fingerprint covers what the blob row says (found by an outside review: the place served
+    /// the intact bytes and recorded nothing, while `contains` threw).
+    @Test(arguments: ["hash = zeroblob(16)", "length = length + 1"])
+    func aDamagedBlobRowIsRefusedWithAPlaceToo(edit: String) async throws {
+        try await withTemporaryDirectory { dir in
+            do {
+                let store = try openStore(dir)
+                for i in 0..<3 { try store.put(value(i), for: key(i)) }
+                try store.close()
+            }
+            try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: false).connection.execute(
+                "UPDATE blobs SET \(edit) WHERE id = (SELECT blob FROM entries WHERE url = '\(key(1).url)')")
+            let store = try openStore(dir) {
+                $0.locationCacheLimit = 0
+                $0.compactionInterval = nil
+            }
+            defer { try? store.close() }
+            let refused = #expect(throws: StoreError.self) { try store.data(for: key(1)) }
+            #expect(refused?.code == .corruptRecord)
+            #expect(try store.unrepairedDamage().count == 1)
+            #expect(throws: StoreError.self) { try store.contains(key(1)) }
+            for i in [0, 2] { #expect(try store.data(for: key(i)) == value(i)) }
+            #expect(store.readsThroughPlaces == 2)
+        }
+    }
+
+    /// A place whose span runs past its segment's end (a damaged row) is refused before its
+    /// bytes are allocated; a get then reads through the index. A read racing close() does
+    /// not leave segment files open in the closed store.
+    @Test func aSpanPastTheSegmentIsRefusedAndCloseKeepsNoFiles() async throws {
+        try await withTemporaryDirectory { dir in
+            do {
+                let store = try openStore(dir)
+                try store.put(value(1), for: key(1))
+                try store.close()
+            }
+            let file = try SegmentFile.open(id: 1, in: dir + "/store/packs", writable: false)
+            let identity = RecordIdentity(type: .link, sequence: 1, digest: key(1).digest)
+            #expect(file.readPlacedEntry(at: 0, span: 1 << 30, identity: identity) == nil)
+            let store = try openStore(dir)
+            try store.close()
+            #expect(throws: StoreError.self) { try store.data(for: key(1)) }
+            _ = try? store.segmentFile(1)
+            #expect(store.shared.withLock { $0.segmentFiles.isEmpty })
+        }
+    }
+
     /// Damage to the link beside the blob: the blob's bytes are intact and in the same read,
     /// but the row is not proven, so nothing is served and the damage is recorded — as when the
     /// link is read on its own.
