@@ -39,6 +39,14 @@ public final class EntryDigestTable: Sendable {
     private struct State {
         var slots: DigestSlots
         var places: [Int64: EntryPlace] = [:]
+        /// While places load (``beginPlaceLoad()``): the rows whose place the writer changed
+        /// since, which the load, reading an older snapshot, must leave alone.
+        var loading = false
+        var changedWhileLoading: Set<Int64> = []
+
+        mutating func changed(_ id: Int64) {
+            if loading { changedWhileLoading.insert(id) }
+        }
     }
 
     private let state: Locked<State>
@@ -102,14 +110,20 @@ public final class EntryDigestTable: Sendable {
 
     /// Row `id` changed (or went): its place, if any, no longer holds.
     func forgetPlace(_ id: Int64) {
-        state.withLock { _ = $0.places.removeValue(forKey: id) }
+        state.withLock { state in
+            state.places.removeValue(forKey: id)
+            state.changed(id)
+        }
     }
 
     /// Committed writes' places, by row id.
     func setPlaces(_ places: [Int64: EntryPlace]) {
         guard !places.isEmpty else { return }
         state.withLock { state in
-            for (id, place) in places { state.places[id] = place }
+            for (id, place) in places {
+                state.places[id] = place
+                state.changed(id)
+            }
         }
     }
 
@@ -117,15 +131,49 @@ public final class EntryDigestTable: Sendable {
     func noteReads(_ times: [Int64: Int64]) {
         guard !times.isEmpty else { return }
         state.withLock { state in
-            for (id, time) in times where state.places[id] != nil { state.places[id]!.accessedAt.raise(to: time) }
+            for (id, time) in times {
+                if state.places[id] != nil { state.places[id]!.accessedAt.raise(to: time) }
+                state.changed(id)
+            }
         }
     }
 
-    /// Replaces the contents with `pairs` and `places` (a load), sized for them.
-    func replace(with pairs: [(key: UInt64, id: Int64)], places: [Int64: EntryPlace]) {
+    // MARK: Loading places
+
+    /// Starts a load of places from a snapshot of the index that begins after this call
+    /// (``IndexDatabase/forEachPlace(batchSize:_:)``). Call it where no write transaction is
+    /// open (the store: under its committer lock), so that every change the snapshot does not
+    /// show is one the table hears of after this call — and the load skips those rows.
+    public func beginPlaceLoad() {
+        state.withLock { state in
+            state.loading = true
+            state.changedWhileLoading.removeAll()
+        }
+    }
+
+    /// Places read by the load: each is set unless its row changed since ``beginPlaceLoad()``
+    /// (the snapshot may predate the change) or already has one (set by a newer write).
+    public func fillLoadedPlaces(_ batch: [(id: Int64, place: EntryPlace)]) {
+        state.withLock { state in
+            for (id, place) in batch where !state.changedWhileLoading.contains(id) && state.places[id] == nil {
+                state.places[id] = place
+            }
+        }
+    }
+
+    /// The load ended (done or stopped).
+    public func endPlaceLoad() {
+        state.withLock { state in
+            state.loading = false
+            state.changedWhileLoading = []
+        }
+    }
+
+    /// Replaces the ids with `pairs` (a load), sized for them; places are loaded apart.
+    func replace(with pairs: [(key: UInt64, id: Int64)]) {
         var fresh = DigestSlots(capacity: DigestSlots.capacity(for: pairs.count))
         for pair in pairs { fresh.insert(pair.key, id: pair.id) }
-        state.withLock { $0 = State(slots: fresh, places: places) }
+        state.withLock { $0 = State(slots: fresh) }
     }
 
     func key(of digest: ContentHash) -> UInt64 {

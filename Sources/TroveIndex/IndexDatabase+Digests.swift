@@ -2,8 +2,9 @@ public import TroveCore
 
 // The entry digest table (schema 7): loading it, and keeping it with this connection's writes.
 // Every statement that adds or deletes an entry row reports it here, so the rule "no committed
-// row is missing from the table" has one owner; SQLite reports every changed entry row here
-// (`entryRowChanged`), so the rule "no place is older than its row" has one too.
+// row is missing from the table" has one owner; SQLite reports every changed entry row to the
+// `PlaceKeeper` below, so the rule "no place is older than its row" has one too. Places are
+// loaded apart from the ids (`forEachPlace`), by the store in the background after it opens.
 
 extension IndexDatabase {
     /// Fills the writer's ``digests`` with every entry row's id by its key digest: one scan of
@@ -14,44 +15,12 @@ extension IndexDatabase {
     func loadDigests() throws(IndexError) {
         guard let digests else { return }
         var pairs: [(key: UInt64, id: Int64)] = []
-        var places: [Int64: EntryPlace] = [:]
-        let rows = Int(try connection.statement("SELECT count(*) FROM entries").first { $0.int64(0) } ?? 0)
-        pairs.reserveCapacity(rows)
-        places.reserveCapacity(rows)
-        // With each row, where its records are when its blob and link are neighbours (a put's),
-        // and what the row says of its link (hashed from the column bytes: no strings made).
-        try connection.statement(
-            """
-            SELECT e.id, e.key_hash, e.sequence, e.link_segment, e.link_offset, e.link_length, e.accessed_at,
-                b.segment, b.offset, b.record_bytes,
-                e.url, e.variant, e.etag, e.last_modified, e.cache_policy, e.blob, e.created_at, e.expires_at,
-                b.hash, b.length
-            FROM entries e LEFT JOIN blobs b ON b.id = e.blob
-            """
-        ).query { (r) throws(IndexError) in
-            guard let digest = r.hash(1) else { return true }
-            let id = r.int64(0)
-            pairs.append((digests.key(of: digest), id))
-            // Columns a row of this store never holds (negative places, a NULL where a value
-            // belongs) make no place: the row is read through SQLite, which judges it.
-            guard !r.isNull(7), r.int64(7) == r.int64(3), r.int64(8) >= 0, r.int64(9) > 0, r.int64(5) > 0,
-                r.int64(4) == r.int64(8) &+ r.int64(9), let segment = UInt32(exactly: r.int64(3)),
-                let span = UInt32(exactly: r.int64(9) &+ r.int64(5)), r.int64(9) &+ r.int64(5) > 0,
-                !r.isNull(10), !r.isNull(11), let blobHash = r.hash(18), r.int64(19) >= 0
-            else { return true }
-            var builder = FingerprintBuilder()
-            for column: Int32 in 10...14 {
-                if let bytes = r.textBytes(column) { builder.text(bytes) } else { builder.absent() }
-            }
-            let fingerprint = builder.finish(
-                blobID: r.int64(15), blobHash: blobHash, blobLength: r.int64(19), linkLength: r.int64(5),
-                createdAt: r.int64(16), expiresAt: r.optionalInt64(17))
-            places[id] = EntryPlace(
-                sequence: r.sequence(2), blobOffset: UInt64(r.int64(8)), accessedAt: r.int64(6), fingerprint: fingerprint,
-                segment: segment, span: span)
+        pairs.reserveCapacity(Int(try connection.statement("SELECT count(*) FROM entries").first { $0.int64(0) } ?? 0))
+        try connection.statement("SELECT id, key_hash FROM entries").query { (r) throws(IndexError) in
+            if let digest = r.hash(1) { pairs.append((digests.key(of: digest), r.int64(0))) }
             return true
         }
-        digests.replace(with: pairs, places: places)
+        digests.replace(with: pairs)
         // Keys shared by two rows are rare (64 bits, seeded); only then are digests compared.
         var seen = Set<UInt64>(minimumCapacity: pairs.count)
         guard pairs.contains(where: { !seen.insert($0.key).inserted }) else { return }
@@ -61,6 +30,52 @@ extension IndexDatabase {
                 code: .corrupt,
                 message: "\(connection.path): \(shared) key digests have more than one entry row")
         }
+    }
+
+    /// Calls `body` with the places of the entry rows, `batchSize` at a time, until it returns
+    /// false: each row whose link record follows its blob record (a put's), with what the row and
+    /// its blob row say of the link hashed from the column bytes (no strings made). Rows with
+    /// values no row of this store holds (negative places, NULLs, a malformed hash) get none:
+    /// they are read through SQLite, which judges them. Run it in a read transaction
+    /// (``reading(_:)``), after ``EntryDigestTable/beginPlaceLoad()``.
+    public func forEachPlace(batchSize: Int, _ body: ([(id: Int64, place: EntryPlace)]) -> Bool) throws(IndexError) {
+        var batch: [(id: Int64, place: EntryPlace)] = []
+        batch.reserveCapacity(batchSize)
+        var going = true
+        try connection.statement(
+            """
+            SELECT e.id, e.sequence, e.link_segment, e.link_offset, e.link_length, e.accessed_at,
+                b.segment, b.offset, b.record_bytes,
+                e.url, e.variant, e.etag, e.last_modified, e.cache_policy, e.blob, e.created_at, e.expires_at,
+                b.hash, b.length
+            FROM entries e JOIN blobs b ON b.id = e.blob
+            WHERE b.segment = e.link_segment AND e.link_offset = b.offset + b.record_bytes
+            """
+        ).query { (r) throws(IndexError) in
+            guard r.int64(7) >= 0, r.int64(8) > 0, r.int64(4) > 0, let segment = UInt32(exactly: r.int64(2)),
+                case (let end, false) = r.int64(8).addingReportingOverflow(r.int64(4)), let span = UInt32(exactly: end),
+                !r.isNull(9), !r.isNull(10), let blobHash = r.hash(17), r.int64(18) >= 0
+            else { return true }
+            var builder = FingerprintBuilder()
+            for column: Int32 in 9...13 {
+                if let bytes = r.textBytes(column) { builder.text(bytes) } else { builder.absent() }
+            }
+            let fingerprint = builder.finish(
+                blobID: r.int64(14), blobHash: blobHash, blobLength: r.int64(18), linkLength: r.int64(4),
+                createdAt: r.int64(15), expiresAt: r.optionalInt64(16))
+            batch.append(
+                (
+                    r.int64(0),
+                    EntryPlace(
+                        sequence: r.sequence(1), blobOffset: UInt64(r.int64(7)), accessedAt: r.int64(5),
+                        fingerprint: fingerprint, segment: segment, span: span)
+                ))
+            guard batch.count >= batchSize else { return true }
+            going = body(batch)
+            batch.removeAll(keepingCapacity: true)
+            return going
+        }
+        if going && !batch.isEmpty { _ = body(batch) }
     }
 
     /// The ids of the rows that may hold `digest` (candidates: check `id` and `key_hash`).

@@ -63,6 +63,10 @@ public final class Store: Sendable {
     /// How writes that wait for their commit share cycles. Taken with no store lock held; its
     /// leader takes `committer` after releasing it.
     let groupCommit = GroupCommit()
+    /// Loads the entry digest table's places after opening (``loadPlaces()``), so that opening
+    /// costs the ids alone; set to stop by close().
+    let placeLoader = WorkerThread(name: "trove-places")
+    let placeLoadStopped = Locked(false)
     private let processLock: Locked<ProcessLock?>
 
     /// The largest value a store accepts: 1 GiB less 24 bytes (what a version-1 blob record,
@@ -160,6 +164,44 @@ public final class Store: Sendable {
             do { try supersede(opened.supersede) } catch { shared.withLock { $0.backgroundError = error } }
         }
         background.start(interval: min(configuration.batchInterval, configuration.accessTimeFlushInterval))
+        // The job holds what it uses, not the store: a store released during the load must not
+        // be closed on the loader's own thread (close() waits for that thread).
+        let (committer, digests, path, stopped) = (committer, entryDigests, directory + "/index.sqlite", placeLoadStopped)
+        placeLoader.enqueue { Self.loadPlaces(committer: committer, digests: digests, path: path, stopped: stopped) }
+    }
+
+    /// Fills the entry digest table's places from the index at `path` (Docs/Architecture.md,
+    /// "Places"), on the loader's thread: until a row's place is there, its cold gets ask SQLite. The load
+    /// starts under the committer lock, where no write transaction is open, so every change its
+    /// snapshot misses is one the table hears of after the start, and the load leaves those rows
+    /// alone. Best effort: a failure leaves rows without places (read through SQLite).
+    static func loadPlaces(
+        committer: Locked<CommitState?>, digests: EntryDigestTable, path: String, stopped: Locked<Bool>
+    ) {
+        let started = committer.withLock { slot -> Bool in
+            guard slot != nil else { return false }
+            digests.beginPlaceLoad()
+            return true
+        }
+        guard started else { return }
+        defer { digests.endPlaceLoad() }
+        do {
+            let index = try IndexDatabase(path: path, readOnly: true)
+            try index.reading {
+                try index.forEachPlace(batchSize: 4_096) { batch in
+                    digests.fillLoadedPlaces(batch)
+                    return !stopped.withLock { $0 }
+                }
+            }
+        } catch {
+            // Nothing is wrong with a store whose places did not load; its gets use the index.
+        }
+    }
+
+    /// Waits until the places opening started to load are loaded (or the load stopped).
+    @_spi(Testing) public func waitForPlaces() {
+        let done = DispatchSemaphore(value: 0)
+        if placeLoader.enqueue({ done.signal() }) { done.wait() }
     }
 
     /// Appends and commits a tombstone over each of `links` (whose key has no entry now).
@@ -185,6 +227,8 @@ public final class Store: Sendable {
     ///
     /// Every call after `close` throws ``StoreError/Code/closed``. Closing twice is allowed.
     public func close() throws(StoreError) {
+        placeLoadStopped.withLock { $0 = true }
+        placeLoader.stop()
         background.stop()
         // No write is accepted from here on; the last cycle commits what was queued.
         let wasOpen = appender.withLock { state in

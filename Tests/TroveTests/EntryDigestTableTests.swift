@@ -321,6 +321,8 @@ import TroveTestSupport
             }
             let digests = EntryDigestTable()
             let index = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: false, digests: digests)
+            #expect(digests.placeCount == 0, "opening loads the ids alone")
+            try Self.loadPlaces(into: digests, from: dir + "/store/index.sqlite")
             func place(_ k: CacheKey) -> EntryPlace? {
                 let placed = digests.placedCandidates(k.digest)
                 #expect(placed.count <= 1)
@@ -405,9 +407,66 @@ import TroveTestSupport
             // Loaded again, every place is what the rows say now.
             let reloaded = EntryDigestTable()
             _ = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: false, digests: reloaded)
+            try Self.loadPlaces(into: reloaded, from: dir + "/store/index.sqlite")
             for k in (0..<10).map { key($0) } + [dup, key(100)] {
                 #expect(reloaded.placedCandidates(k.digest).first?.place == place(k) || place(k) == nil, "\(k)")
             }
+        }
+    }
+
+    /// Loads `digests`' places from the index at `path`, as a store does after opening.
+    static func loadPlaces(into digests: EntryDigestTable, from path: String) throws {
+        digests.beginPlaceLoad()
+        defer { digests.endPlaceLoad() }
+        let reader = try IndexDatabase(path: path, readOnly: true)
+        try reader.reading {
+            try reader.forEachPlace(batchSize: 3) { batch in
+                digests.fillLoadedPlaces(batch)
+                return true
+            }
+        }
+    }
+
+    /// Places load after opening, from a snapshot that may be older than what the writer
+    /// commits meanwhile: a row the writer changed after the load began keeps what the writer
+    /// left (the new place, or none), never the snapshot's older place — here the snapshot is
+    /// read before a replacement, a removal and a metadata-only change commit, and filled after.
+    @Test func aLoadNeverPutsBackAPlaceTheWriterChanged() async throws {
+        try await withTemporaryDirectory { dir in
+            do {
+                let store = try openStore(dir) { $0.compactionInterval = nil }
+                for i in 0..<6 { try store.put(value(i), for: key(i)) }
+                try store.close()
+            }
+            let path = dir + "/store/index.sqlite"
+            let digests = EntryDigestTable()
+            let index = try IndexDatabase(path: path, readOnly: false, digests: digests)
+            let reader = try IndexDatabase(path: path, readOnly: true)
+            digests.beginPlaceLoad()
+            var snapshot: [(id: Int64, place: EntryPlace)] = []
+            try reader.reading {
+                try reader.forEachPlace(batchSize: 100) { batch in
+                    snapshot += batch
+                    return true
+                }
+            }
+            #expect(snapshot.count == 6)
+            // The writer, after the load began and after its snapshot was read.
+            var replacement = try #require(try index.entryRow(digest: key(1).digest))
+            replacement.sequence += 1_000
+            try index.writing { try index.link(replacement) }
+            try index.writing { try index.removeEntry(digest: key(2).digest) }
+            try index.connection.execute("UPDATE entries SET etag = 'edited' WHERE url = '\(key(3).url)'")
+            try index.writing { try index.touch([(key(4).digest, 9_999_999_999_999)]) }
+            digests.fillLoadedPlaces(snapshot)
+            digests.endPlaceLoad()
+            #expect(digests.placedCandidates(key(1).digest).first?.place.sequence == replacement.sequence)
+            #expect(digests.placedCandidates(key(2).digest).isEmpty)
+            #expect(digests.placedCandidates(key(3).digest).isEmpty)
+            #expect(digests.placedCandidates(key(4).digest).isEmpty, "a read time changed since: left to SQLite")
+            for i in [0, 5] { #expect(digests.placedCandidates(key(i).digest).count == 1) }
+            // Without a load under way, a fill is a plain fill (the changed rows are forgotten).
+            #expect(digests.placeCount == 3)
         }
     }
 }
