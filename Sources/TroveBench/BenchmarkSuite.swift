@@ -1,5 +1,6 @@
 import Foundation
 import TroveStore
+@_spi(Testing) import TroveStore
 import TroveCore
 
 #if canImport(Glibc)
@@ -462,8 +463,11 @@ public final class BenchmarkSuite {
                 try store.close()
             }
             // Cold gets at both sizes: a fresh open, then distinct keys, so every get misses the
-            // location map and pays for the index lookup — the part that grows with the store.
+            // location map and pays for the index lookup — the part that grows with the store —
+            // or reads through its row's place, once the places have loaded (after opening, on a
+            // thread of the store's: waited for, so both sizes are measured alike).
             let store = try Store(directory: directory)
+            store.waitForPlaces()
             let gets = min(entries, plan.operations(10_000))
             var generator = SplitMix(state: UInt64(entries))
             var chosen = Set<Int>()

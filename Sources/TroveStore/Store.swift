@@ -188,7 +188,7 @@ public final class Store: Sendable {
         do {
             let index = try IndexDatabase(path: path, readOnly: true)
             try index.reading {
-                try index.forEachPlace(batchSize: 4_096) { batch in
+                try index.forEachPlace(batchSize: 1_024) { batch in
                     digests.fillLoadedPlaces(batch)
                     return !stopped.withLock { $0 }
                 }
