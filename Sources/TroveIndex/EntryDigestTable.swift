@@ -43,6 +43,9 @@ public final class EntryDigestTable: Sendable {
         /// since, which the load, reading an older snapshot, must leave alone.
         var loading = false
         var changedWhileLoading: Set<Int64> = []
+        /// Read times committed while loading, by row: raised into the places the load sets
+        /// (a read time changes nothing else of a row).
+        var readWhileLoading: [Int64: Int64] = [:]
 
         mutating func changed(_ id: Int64) {
             if loading { changedWhileLoading.insert(id) }
@@ -133,29 +136,33 @@ public final class EntryDigestTable: Sendable {
         state.withLock { state in
             for (id, time) in times {
                 if state.places[id] != nil { state.places[id]!.accessedAt.raise(to: time) }
-                state.changed(id)
+                if state.loading { state.readWhileLoading[id] = max(time, state.readWhileLoading[id] ?? time) }
             }
         }
     }
 
     // MARK: Loading places
 
-    /// Starts a load of places from a snapshot of the index that begins after this call
-    /// (``IndexDatabase/forEachPlace(batchSize:_:)``). Call it where no write transaction is
+    /// Starts a load of places from snapshots of the index that begin after this call
+    /// (``IndexDatabase/places(after:limit:)``). Call it where no write transaction is
     /// open (the store: under its committer lock), so that every change the snapshot does not
     /// show is one the table hears of after this call — and the load skips those rows.
     public func beginPlaceLoad() {
         state.withLock { state in
             state.loading = true
             state.changedWhileLoading.removeAll()
+            state.readWhileLoading.removeAll()
         }
     }
 
     /// Places read by the load: each is set unless its row changed since ``beginPlaceLoad()``
-    /// (the snapshot may predate the change) or already has one (set by a newer write).
+    /// (the snapshot may predate the change) or already has one (set by a newer write); a read
+    /// time committed since is raised into it.
     public func fillLoadedPlaces(_ batch: [(id: Int64, place: EntryPlace)]) {
         state.withLock { state in
             for (id, place) in batch where !state.changedWhileLoading.contains(id) && state.places[id] == nil {
+                var place = place
+                if let read = state.readWhileLoading[id] { place.accessedAt.raise(to: read) }
                 state.places[id] = place
             }
         }
@@ -166,6 +173,7 @@ public final class EntryDigestTable: Sendable {
         state.withLock { state in
             state.loading = false
             state.changedWhileLoading = []
+            state.readWhileLoading = [:]
         }
     }
 

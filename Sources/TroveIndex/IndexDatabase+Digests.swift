@@ -4,7 +4,7 @@ public import TroveCore
 // Every statement that adds or deletes an entry row reports it here, so the rule "no committed
 // row is missing from the table" has one owner; SQLite reports every changed entry row to the
 // `PlaceKeeper` below, so the rule "no place is older than its row" has one too. Places are
-// loaded apart from the ids (`forEachPlace`), by the store in the background after it opens.
+// loaded apart from the ids (`places(after:limit:)`), by the store in the background after it opens.
 
 extension IndexDatabase {
     /// Fills the writer's ``digests`` with every entry row's id by its key digest: one scan of
@@ -32,27 +32,34 @@ extension IndexDatabase {
         }
     }
 
-    /// Calls `body` with the places of the entry rows, `batchSize` at a time, until it returns
-    /// false: each row whose link record follows its blob record (a put's), with what the row and
-    /// its blob row say of the link hashed from the column bytes (no strings made). Rows with
-    /// values no row of this store holds (negative places, NULLs, a malformed hash) get none:
-    /// they are read through SQLite, which judges them. Run it in a read transaction
-    /// (``reading(_:)``), after ``EntryDigestTable/beginPlaceLoad()``.
-    public func forEachPlace(batchSize: Int, _ body: ([(id: Int64, place: EntryPlace)]) -> Bool) throws(IndexError) {
+    /// The places of up to `limit` entry rows with ids above `id`, in id order, and the last id
+    /// read (nil when there was none: the load is done): each row whose link record follows its
+    /// blob record (a put's), with what the row and its blob row say of the link hashed from the
+    /// column bytes (no strings made). Rows with values no row of this store holds (negative
+    /// places, NULLs, a malformed hash) get none: they are read through SQLite, which judges
+    /// them. One short query, so a load never holds a read snapshot for long (a long one would
+    /// keep a TRUNCATE checkpoint, and the committer lock it holds, waiting); call it after
+    /// ``EntryDigestTable/beginPlaceLoad()``, in any number of snapshots.
+    public func places(after id: Int64, limit: Int) throws(IndexError) -> (
+        places: [(id: Int64, place: EntryPlace)], last: Int64?
+    ) {
         var batch: [(id: Int64, place: EntryPlace)] = []
-        batch.reserveCapacity(batchSize)
-        var going = true
+        batch.reserveCapacity(limit)
+        var last: Int64?
         try connection.statement(
             """
             SELECT e.id, e.sequence, e.link_segment, e.link_offset, e.link_length, e.accessed_at,
                 b.segment, b.offset, b.record_bytes,
                 e.url, e.variant, e.etag, e.last_modified, e.cache_policy, e.blob, e.created_at, e.expires_at,
-                b.hash, b.length
-            FROM entries e JOIN blobs b ON b.id = e.blob
-            WHERE b.segment = e.link_segment AND e.link_offset = b.offset + b.record_bytes
+                b.hash, b.length,
+                b.segment = e.link_segment AND e.link_offset = b.offset + b.record_bytes
+            FROM entries e LEFT JOIN blobs b ON b.id = e.blob
+            WHERE e.id > ?1 ORDER BY e.id LIMIT ?2
             """
-        ).query { (r) throws(IndexError) in
-            guard r.int64(7) >= 0, r.int64(8) > 0, r.int64(4) > 0, let segment = UInt32(exactly: r.int64(2)),
+        ).query([.integer(id), .integer(Int64(limit))]) { (r) throws(IndexError) in
+            last = r.int64(0)
+            guard r.int64(19) == 1, r.int64(7) >= 0, r.int64(8) > 0, r.int64(4) > 0,
+                let segment = UInt32(exactly: r.int64(2)),
                 case (let end, false) = r.int64(8).addingReportingOverflow(r.int64(4)), let span = UInt32(exactly: end),
                 !r.isNull(9), !r.isNull(10), let blobHash = r.hash(17), r.int64(18) >= 0
             else { return true }
@@ -70,12 +77,9 @@ extension IndexDatabase {
                         sequence: r.sequence(1), blobOffset: UInt64(r.int64(7)), accessedAt: r.int64(5),
                         fingerprint: fingerprint, segment: segment, span: span)
                 ))
-            guard batch.count >= batchSize else { return true }
-            going = body(batch)
-            batch.removeAll(keepingCapacity: true)
-            return going
+            return true
         }
-        if going && !batch.isEmpty { _ = body(batch) }
+        return (batch, last)
     }
 
     /// The ids of the rows that may hold `digest` (candidates: check `id` and `key_hash`).

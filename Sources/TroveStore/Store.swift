@@ -179,19 +179,22 @@ public final class Store: Sendable {
         committer: Locked<CommitState?>, digests: EntryDigestTable, path: String, stopped: Locked<Bool>
     ) {
         let started = committer.withLock { slot -> Bool in
-            guard slot != nil else { return false }
+            guard slot != nil, !stopped.withLock({ $0 }) else { return false }
             digests.beginPlaceLoad()
             return true
         }
         guard started else { return }
         defer { digests.endPlaceLoad() }
         do {
+            // Short snapshots, one a batch: a long one would keep a TRUNCATE checkpoint (which a
+            // compaction pass runs under the committer lock) waiting for it.
             let index = try IndexDatabase(path: path, readOnly: true)
-            try index.reading {
-                try index.forEachPlace(batchSize: 1_024) { batch in
-                    digests.fillLoadedPlaces(batch)
-                    return !stopped.withLock { $0 }
-                }
+            var after: Int64 = .min
+            while !stopped.withLock({ $0 }) {
+                let (batch, last) = try index.places(after: after, limit: 1_024)
+                guard let last else { break }
+                digests.fillLoadedPlaces(batch)
+                after = last
             }
         } catch {
             // Nothing is wrong with a store whose places did not load; its gets use the index.
