@@ -467,7 +467,7 @@ public final class BenchmarkSuite {
             // or reads through its row's place, once the places have loaded (after opening, on a
             // thread of the store's: waited for, so both sizes are measured alike).
             let store = try Store(directory: directory)
-            store.waitForPlaces()
+            store.waitForLoads()
             let gets = min(entries, plan.operations(10_000))
             var generator = SplitMix(state: UInt64(entries))
             var chosen = Set<Int>()

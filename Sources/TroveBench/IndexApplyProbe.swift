@@ -27,7 +27,7 @@ public final class IndexApplyProbe {
         store = try Store(directory: directory, configuration: configuration)
         // The places a store loads after opening would share the cores and the digest table's
         // lock with the first cycles: the probe measures the apply alone, after them.
-        store.waitForPlaces()
+        store.waitForLoads()
         self.pool = pool
     }
 

@@ -44,6 +44,15 @@ public final class Locked<Value>: @unchecked Sendable {
         return try body(&valueStorage)
     }
 
+    /// Runs `body` with exclusive access to the value if the lock is free now; nil, without
+    /// running it, when another thread holds it.
+    @inlinable
+    public func withLockIfAvailable<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws(E) -> R? {
+        guard tryLock() else { return nil }
+        defer { unlock() }
+        return try body(&valueStorage)
+    }
+
     @usableFromInline
     var valueStorage: Value {
         _read { yield value }
@@ -55,4 +64,7 @@ public final class Locked<Value>: @unchecked Sendable {
 
     @usableFromInline
     func unlock() { pthread_mutex_unlock(mutex) }
+
+    @usableFromInline
+    func tryLock() -> Bool { pthread_mutex_trylock(mutex) == 0 }
 }

@@ -22,13 +22,21 @@ extension IndexDatabase {
         return connection.changes > 0
     }
 
-    /// Calls `body` with the id and hash of every blob row, in no order: what the store's
-    /// dedup hints are loaded from.
-    public func forEachBlobHash(_ body: (Int64, ContentHash) -> Void) throws(IndexError) {
-        try statement(.blobHints).query { (r) throws(IndexError) in
-            if let hash = r.hash(1) { body(r.int64(0), hash) }
+    /// The id and hash of at most `limit` blob rows with an id above `id`, in id order, and the
+    /// last id read (nil: none is left): what the store's dedup hints are loaded from, one short
+    /// query a batch (a snapshot held for a whole pass would keep a TRUNCATE checkpoint waiting).
+    public func blobHashes(after id: Int64, limit: Int) throws(IndexError) -> (
+        hashes: [(id: Int64, hash: ContentHash)], last: Int64?
+    ) {
+        var batch: [(id: Int64, hash: ContentHash)] = []
+        batch.reserveCapacity(limit)
+        var last: Int64?
+        try statement(.blobHashes).query([.integer(id), .integer(Int64(limit))]) { (r) throws(IndexError) in
+            last = r.int64(0)
+            if let hash = r.hash(1) { batch.append((r.int64(0), hash)) }
             return true
         }
+        return (batch, last)
     }
 
     /// Adds a reference to blob `id`; returns what its row says of it (nil: no such blob, or a

@@ -100,12 +100,20 @@ extension IndexDatabase {
     }
 
     /// Deletes the rows of blobs in `segment` that no entry links to (by the entries, whatever
-    /// the counts say); returns how many.
+    /// the counts say); returns their ids and hashes (a row without a readable hash is deleted
+    /// and left out).
     @discardableResult
-    public func deleteDeadBlobs(in segment: UInt32) throws(IndexError) -> Int {
+    public func deleteDeadBlobs(in segment: UInt32) throws(IndexError) -> [(id: Int64, hash: ContentHash)] {
+        var deleted: [(id: Int64, hash: ContentHash)] = []
         try connection.statement(
-            "DELETE FROM blobs WHERE segment = ? AND refs <= 0 AND NOT EXISTS (SELECT 1 FROM entries e WHERE e.blob = blobs.id)"
-        ).run([.integer(Int64(segment))])
-        return connection.changes
+            """
+            DELETE FROM blobs WHERE segment = ? AND refs <= 0 AND NOT EXISTS (SELECT 1 FROM entries e WHERE e.blob = blobs.id)
+            RETURNING id, hash
+            """
+        ).query([.integer(Int64(segment))]) { (r) throws(IndexError) in
+            if let hash = r.hash(1) { deleted.append((r.int64(0), hash)) }
+            return true
+        }
+        return deleted
     }
 }

@@ -16,7 +16,7 @@ enum IndexStatement: Int {
     case touch
     case addLiveBytes
     case setIndexedBytes
-    case blobHints
+    case blobHashes
 
     var sql: String {
         switch self {
@@ -57,7 +57,7 @@ enum IndexStatement: Int {
         case .touch: "UPDATE entries SET accessed_at = max(accessed_at, ?1) WHERE id = ?2 AND key_hash = ?3"
         case .addLiveBytes: "UPDATE segments SET live_bytes = live_bytes + ? WHERE id = ?"
         case .setIndexedBytes: "UPDATE segments SET indexed_bytes = ? WHERE id = ?"
-        case .blobHints: "SELECT id, hash FROM blobs"
+        case .blobHashes: "SELECT id, hash FROM blobs WHERE id > ?1 ORDER BY id LIMIT ?2"
         }
     }
 }

@@ -388,7 +388,7 @@ struct FsckRun {
             store.shared.withLock { $0.map.indexChanged(changes, keeping: queued) }
         }
         // Repair deleted and rewrote blob rows: dedup hints load again.
-        store.dedupHints.withLock { $0.reset() }
+        store.forgetDedupHints()
         for i in start..<report.findings.count where report.findings[i].kind != .indexIntegrity {
             report.findings[i].repaired = true
         }

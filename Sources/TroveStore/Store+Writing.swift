@@ -48,9 +48,11 @@ extension Store {
     /// Stores `data` under `key` like ``put(_:for:metadata:)-(Data,_,_)`` if that does not
     /// have to wait; otherwise writes nothing and returns nil.
     ///
-    /// A put waits under ``Durability/full`` durability (for its sync and index commit) and
-    /// under back-pressure (when the queue of writes the index has not caught up with is full,
-    /// the writer waits for a commit cycle, which it may lead). This call refuses both instead,
+    /// A put waits under ``Durability/full`` durability (for its sync and index commit), under
+    /// back-pressure (when the queue of writes the index has not caught up with is full, the
+    /// writer waits for a commit cycle, which it may lead), and right after opening while the
+    /// dedup hints load (a pass over the blob rows, on a thread of the store's; a put that
+    /// comes first runs it). This call refuses all three instead,
     /// so that a caller on a thread that must not block — one of Swift's cooperative threads —
     /// can write inline and hand the write to a thread that may block only when it has to. It
     /// still hashes the bytes, reads the index and appends them to the pack (page-cache writes).
@@ -85,7 +87,11 @@ extension Store {
         // The committed index's view, read without any lock held.
         // Read before the lookup: a compaction that moves the candidate's blob after it shows.
         let relocations = shared.withLock { $0.map.relocations }
-        let hinted = try dedupCandidate(for: hash)
+        guard case .candidate(let hinted) = try dedupCandidate(for: hash, mayWait: mayWait) else {
+            // Refused while the hints load; a closed or failed store says so first, as a put would.
+            try withAppender { _ in }
+            return nil
+        }
         // The key's row, for the collision check, unless the digest table says the index has no row
         // with this digest (a new key: the usual put); one reader for it and the hinted blob.
         let mayBeIndexed = keyMayBeIndexed(digest)
@@ -188,14 +194,29 @@ extension Store {
         entryDigests.mayContain(digest)
     }
 
-    /// The blob id the dedup hints name for `hash`, if any. Loads the hints on first use.
-    private func dedupCandidate(for hash: ContentHash) throws(StoreError) -> Int64? {
-        try dedupHints.withLock { (hints) throws(StoreError) -> Int64? in
+    /// The blob id the dedup hints name for `hash`, if any. Loads the hints when they are not
+    /// loaded yet, or waits for the loader thread's load of them (opening started it).
+    /// - Returns: `.wouldWait` instead, having waited for nothing, when `mayWait` is false and
+    ///   the hints are loading or not loaded.
+    private func dedupCandidate(for hash: ContentHash, mayWait: Bool) throws(StoreError) -> DedupAnswer {
+        guard mayWait else {
+            let found = dedupHints.withLockIfAvailable { $0.isLoaded ? $0.candidate(for: hash) : nil as Int64?? }
+            guard let found, let loaded = found else { return .wouldWait }
+            return .candidate(loaded)
+        }
+        return try dedupHints.withLock { (hints) throws(StoreError) -> DedupAnswer in
             if !hints.isLoaded {
                 try readIndex { try hints.load(from: $0) }
             }
-            return hints.candidate(for: hash)
+            return .candidate(hints.candidate(for: hash))
         }
+    }
+
+    private enum DedupAnswer {
+        /// The hinted blob id, if any.
+        case candidate(Int64?)
+        /// The hints are loading: asking would wait.
+        case wouldWait
     }
 
     /// Replaces the ETag, Last-Modified and expiry of `key`'s entry, keeping its bytes: one

@@ -48,8 +48,8 @@ public final class Store: Sendable {
     /// State shared by every operation; held for dictionary operations only, never across I/O.
     let shared: Locked<SharedState>
     let readers: ReaderPool
-    /// Dedup candidates by content hash. Never held around another store lock, nor taken under
-    /// one (see ``DedupHints``).
+    /// Dedup candidates by content hash. Never held around another store lock; taken under
+    /// `committer` by compaction and repair passes only (see ``DedupHints``).
     let dedupHints = Locked(DedupHints())
     /// The committer's entry row ids by key digest (``EntryDigestTable``), shared with the
     /// reader connections: a lookup by key reads its row by id, and a put of a key no row has
@@ -63,10 +63,14 @@ public final class Store: Sendable {
     /// How writes that wait for their commit share cycles. Taken with no store lock held; its
     /// leader takes `committer` after releasing it.
     let groupCommit = GroupCommit()
-    /// Loads the entry digest table's places after opening (``loadPlaces()``), so that opening
-    /// costs the ids alone; set to stop by close().
-    let placeLoader = WorkerThread(name: "trove-places")
-    let placeLoadStopped = Locked(false)
+    /// Loads what opening leaves to the background, so that opening costs the entry ids alone:
+    /// the dedup hints (``loadDedupHints(_:path:stopped:)``; a put arriving first loads them or
+    /// waits for this load), then the entry digest table's places
+    /// (``loadPlaces(committer:digests:path:stopped:)``; gets never wait: they ask SQLite); the
+    /// hints again after a repair reset them. Its jobs hold no reference to the store.
+    let loader = WorkerThread(name: "trove-loader")
+    /// Set by close(): loads stop at their next batch.
+    let loadsStopped = Locked(false)
     private let processLock: Locked<ProcessLock?>
 
     /// The largest value a store accepts: 1 GiB less 24 bytes (what a version-1 blob record,
@@ -164,10 +168,37 @@ public final class Store: Sendable {
             do { try supersede(opened.supersede) } catch { shared.withLock { $0.backgroundError = error } }
         }
         background.start(interval: min(configuration.batchInterval, configuration.accessTimeFlushInterval))
-        // The job holds what it uses, not the store: a store released during the load must not
-        // be closed on the loader's own thread (close() waits for that thread).
-        let (committer, digests, path, stopped) = (committer, entryDigests, directory + "/index.sqlite", placeLoadStopped)
-        placeLoader.enqueue { Self.loadPlaces(committer: committer, digests: digests, path: path, stopped: stopped) }
+        // The jobs hold what they use, not the store: a store released during a load must not
+        // be closed on the loader's own thread (close() waits for that thread). The hints first:
+        // a put that misses one stores a second copy for good, a get without a place only asks
+        // SQLite.
+        loadDedupHints()
+        let (committer, digests, path, stopped) = (committer, entryDigests, directory + "/index.sqlite", loadsStopped)
+        loader.enqueue { Self.loadPlaces(committer: committer, digests: digests, path: path, stopped: stopped) }
+    }
+
+    /// Loads the dedup hints on the loader's thread, unless a put loaded them first.
+    func loadDedupHints() {
+        let (hints, path, stopped) = (dedupHints, directory + "/index.sqlite", loadsStopped)
+        loader.enqueue { Self.loadDedupHints(hints, path: path, stopped: stopped) }
+    }
+
+    /// Empties the dedup hints, which then load again in the background (a repair or rebuild
+    /// deleted and rewrote blob rows).
+    func forgetDedupHints() {
+        dedupHints.withLock { $0.reset() }
+        loadDedupHints()
+    }
+
+    /// Reads the blob rows of the index at `path` into the dedup hints, on the loader's thread,
+    /// under the hints' lock (a put that asks meanwhile waits for it: Docs/Architecture.md,
+    /// "Deduplication"). Best effort: after a failure the next put tries the load itself.
+    static func loadDedupHints(_ hints: Locked<DedupHints>, path: String, stopped: Locked<Bool>) {
+        guard !stopped.withLock({ $0 }), !hints.withLock({ $0.isLoaded }) else { return }
+        guard let index = try? IndexDatabase(path: path, readOnly: true) else { return }
+        hints.withLock { hints in
+            if !hints.isLoaded { try? hints.load(from: index) }
+        }
     }
 
     /// Fills the entry digest table's places from the index at `path` (Docs/Architecture.md,
@@ -201,10 +232,11 @@ public final class Store: Sendable {
         }
     }
 
-    /// Waits until the places opening started to load are loaded (or the load stopped).
-    @_spi(Testing) public func waitForPlaces() {
+    /// Waits until the loads queued so far — the dedup hints and places opening started, hints
+    /// a reset asked for — have finished (or stopped).
+    @_spi(Testing) public func waitForLoads() {
         let done = DispatchSemaphore(value: 0)
-        if placeLoader.enqueue({ done.signal() }) { done.wait() }
+        if loader.enqueue({ done.signal() }) { done.wait() }
     }
 
     /// Appends and commits a tombstone over each of `links` (whose key has no entry now).
@@ -230,8 +262,8 @@ public final class Store: Sendable {
     ///
     /// Every call after `close` throws ``StoreError/Code/closed``. Closing twice is allowed.
     public func close() throws(StoreError) {
-        placeLoadStopped.withLock { $0 = true }
-        placeLoader.stop()
+        loadsStopped.withLock { $0 = true }
+        loader.stop()
         background.stop()
         // No write is accepted from here on; the last cycle commits what was queued.
         let wasOpen = appender.withLock { state in

@@ -142,7 +142,7 @@ import TroveTestSupport
                 $0.compactionInterval = nil
             }
             defer { try? store.close() }
-            store.waitForPlaces()
+            store.waitForLoads()
             let refused = #expect(throws: StoreError.self) { try store.data(for: key(1)) }
             #expect(refused?.code == .corruptRecord)
             #expect(try store.unrepairedDamage().count == 1)

@@ -406,6 +406,7 @@ import TroveTestSupport
                 }
                 let v: @Sendable (Int) -> Data = { i in Data(testBytes(seed: UInt64(500 + i), count: 700)) }
                 let queued = { store.appender.withLock { $0.queue.count } }
+                store.waitForLoads()  // until the dedup hints load, puts without waiting are refused
                 // Hold the committer lock so that no cycle takes a snapshot while the queue fills.
                 let holding = DispatchSemaphore(value: 0)
                 let letGo = DispatchSemaphore(value: 0)

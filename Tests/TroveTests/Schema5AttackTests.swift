@@ -432,7 +432,10 @@ import TroveTestSupport
             Self.check(store, CacheKey(url: "after-damage"), Self.content(0), "after damage")
             let report = try store.fsck(repair: true)
             #expect(!report.isClean)
-            #expect(!store.dedupHints.withLock { $0.isLoaded }, "repair resets the hints")
+            // Repair deleted and rewrote blob rows: the hints were emptied and load again.
+            store.waitForLoads()
+            let rowIDs = Set(try store.readIndex { try $0.blobRows() }.map(\.id))
+            #expect(store.dedupHints.withLock { $0.isLoaded && $0.hintedIDs.isSubset(of: rowIDs) }, "hints after repair")
             let again = try store.fsck()
             #expect(again.isClean, "after repair: \(again.findings)")
             for c in 0..<Self.contentCount {
@@ -475,6 +478,10 @@ import TroveTestSupport
                 let blobs = try store.statistics().blobs
                 let hints = store.dedupHints.withLock { $0.count }
                 #expect(hints <= blobs + 150, "round \(round): \(hints) hints for \(blobs) blobs")
+                // A pass forgets exactly the blobs it deleted: every hint left names a blob row.
+                let rowIDs = Set(try store.readIndex { try $0.blobRows() }.map(\.id))
+                let stale = store.dedupHints.withLock { $0.hintedIDs.subtracting(rowIDs) }
+                #expect(stale.isEmpty, "round \(round): hints name deleted blobs \(stale.sorted())")
             }
             try store.close()
         }

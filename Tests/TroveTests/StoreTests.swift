@@ -380,6 +380,8 @@ import TroveTestSupport
                 $0.batchInterval = .seconds(3600)
                 $0.batchSize = 4
             }
+            // Until the dedup hints have loaded, a put would wait for them: it is refused too.
+            store.waitForLoads()
             // The committer is held, so no commit cycle drains the queue: it only grows.
             // The queue is read before the lock goes: a woken committer drains it right after.
             let (written, queued) = try store.committer.withLock { _ in

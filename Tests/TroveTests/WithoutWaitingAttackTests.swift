@@ -98,6 +98,7 @@ import TroveTestSupport
                 $0.batchSize = 2
             }
             let payload = Data(testBytes(seed: 3, count: 5000))
+            store.waitForLoads()  // until the dedup hints load, puts without waiting are refused
             let (accepted, refused) = try store.committer.withLock { _ in
                 var i = 0
                 while try store.putWithoutWaiting(value(i, size: 10), for: key(i)) != nil { i += 1 }
@@ -128,6 +129,37 @@ import TroveTestSupport
             #expect(store.appender.withLock { ($0.queue.count, $0.nextSequence, $0.pack.end) } == before)
             #expect(try store.data(for: key(1)) == Data([1]))
             #expect(try store.keys(url: key(2).url).isEmpty)
+        }
+    }
+
+    /// While the dedup hints load (opening starts the load; a repair starts it again), asking
+    /// them would wait: a put without waiting is refused then, writing nothing, and a put that
+    /// may wait finds content stored before the store was opened.
+    @Test func aPutWithoutWaitingIsRefusedWhileTheHintsLoad() async throws {
+        try await withTemporaryDirectory { dir in
+            let shared = Data(testBytes(seed: 5, count: 4000))
+            do {
+                let store = try openStore(dir)
+                try store.put(shared, for: key(1))
+                try store.close()
+            }
+            let store = try openStore(dir) { $0.batchInterval = .seconds(3600) }
+            store.waitForLoads()
+            let before = store.appender.withLock { ($0.queue.count, $0.nextSequence, $0.pack.end) }
+            // The load holds the hints' lock for its whole pass.
+            let refused = try store.dedupHints.withLock { _ in try store.putWithoutWaiting(shared, for: key(2)) }
+            #expect(refused == nil)
+            store.dedupHints.withLock { $0.reset() }
+            #expect(try store.putWithoutWaiting(shared, for: key(3)) == nil, "refused while the hints are not loaded")
+            #expect(store.appender.withLock { ($0.queue.count, $0.nextSequence, $0.pack.end) } == before)
+            // A put that may wait loads them itself, and links to the blob from before the reopen.
+            try store.put(shared, for: key(4))
+            #expect(try store.putWithoutWaiting(shared, for: key(5)) != nil)
+            try store.flush()
+            #expect(try store.statistics().blobs == 1)
+            for k in [1, 4, 5] { #expect(try store.data(for: key(k)) == shared) }
+            #expect(try store.contains(key(2)) == false)
+            #expect(try store.contains(key(3)) == false)
         }
     }
 

@@ -288,13 +288,16 @@ struct SegmentRewriter {
     // MARK: 5. Move the index
 
     /// What moved: blobs by id to their new place, and the keys whose records moved (collected
-    /// only when someone observes key changes).
-    typealias Moves = (blobs: [Int64: (segment: UInt32, offset: UInt64, recordBytes: UInt64)], keys: Set<CacheKey>)
+    /// only when someone observes key changes); and the dead blobs deleted, for the dedup hints.
+    typealias Moves = (
+        blobs: [Int64: (segment: UInt32, offset: UInt64, recordBytes: UInt64)], keys: Set<CacheKey>,
+        deleted: [(id: Int64, hash: ContentHash)]
+    )
 
     /// One transaction: the index moves to the copies and forgets the segment. Rolled back,
     /// changing nothing, if any entry would still point into the segment.
     private func moveIndex(to copies: [Copy]) throws(StoreError) -> Moves {
-        var moves: Moves = ([:], [])
+        var moves: Moves = ([:], [], [])
         let observed = configuration.keyChanges != nil
         do {
             try index.writing {
@@ -312,7 +315,7 @@ struct SegmentRewriter {
                     case .tombstone: break
                     }
                 }
-                try index.deleteDeadBlobs(in: id)
+                moves.deleted = try index.deleteDeadBlobs(in: id)
                 let stranded = try index.dropRecords(segment: id, beyond: 0)
                 guard stranded.isEmpty else {
                     throw StoreError(
@@ -337,8 +340,9 @@ struct SegmentRewriter {
             shared.segmentFiles[id] = nil
             shared.map.moved(blobs: moves.blobs, keys: moves.keys)
         }
-        // The pass deleted the segment's dead blob rows: hints to them go with a reload.
-        store.dedupHints.withLock { $0.reset() }
+        // The pass deleted the segment's dead blob rows: their hints go (stale ones would cost
+        // a row read and memory, never a wrong link).
+        store.dedupHints.withLock { $0.forget(moves.deleted) }
     }
 
     /// Unlinks the old file (salvaging: sets it aside, damaged bytes kept for inspection).
