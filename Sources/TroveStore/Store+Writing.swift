@@ -79,8 +79,12 @@ extension Store {
                 code: .valueTooLarge,
                 message: "\(key): \(bytes.count) bytes is over the limit of \(Self.maximumValueLength) bytes", key: key)
         }
-        // Under `full` every put waits: refused before spending a pass over the bytes.
-        if !mayWait, configuration.durability == .full { return nil }
+        // Under `full` every put waits: refused before spending a pass over the bytes (a closed
+        // or failed store says so first, as a put would).
+        if !mayWait, configuration.durability == .full {
+            try withAppender { _ in }
+            return nil
+        }
         let hash = configuration.contentHasher(bytes)
         let length = UInt64(bytes.count)
         let digest = key.digest
@@ -200,9 +204,13 @@ extension Store {
     ///   the hints are loading or not loaded.
     private func dedupCandidate(for hash: ContentHash, mayWait: Bool) throws(StoreError) -> DedupAnswer {
         guard mayWait else {
-            let found = dedupHints.withLockIfAvailable { $0.isLoaded ? $0.candidate(for: hash) : nil as Int64?? }
-            guard let found, let loaded = found else { return .wouldWait }
-            return .candidate(loaded)
+            // A load holds the hints' lock for its whole pass, and only while they are not
+            // loaded; any other hold is a lookup or an add. (A repair that empties them between
+            // the flag's read and the lock makes this one call wait for its reload.)
+            guard dedupHintsLoaded.withLock({ $0 }) else { return .wouldWait }
+            let found = dedupHints.withLock { $0.isLoaded ? $0.candidate(for: hash) : nil as Int64?? }
+            guard let found else { return .wouldWait }
+            return .candidate(found)
         }
         return try dedupHints.withLock { (hints) throws(StoreError) -> DedupAnswer in
             if !hints.isLoaded {

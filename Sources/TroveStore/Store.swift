@@ -50,7 +50,10 @@ public final class Store: Sendable {
     let readers: ReaderPool
     /// Dedup candidates by content hash. Never held around another store lock; taken under
     /// `committer` by compaction and repair passes only (see ``DedupHints``).
-    let dedupHints = Locked(DedupHints())
+    let dedupHints: Locked<DedupHints>
+    /// Whether the dedup hints are loaded, readable while a load holds their lock (their own
+    /// flag: ``DedupHints/loaded``).
+    let dedupHintsLoaded: Locked<Bool>
     /// The committer's entry row ids by key digest (``EntryDigestTable``), shared with the
     /// reader connections: a lookup by key reads its row by id, and a put of a key no row has
     /// skips the lookup of its collision check. Its lock is held for table operations only.
@@ -69,7 +72,7 @@ public final class Store: Sendable {
     /// (``loadPlaces(committer:digests:path:stopped:)``; gets never wait: they ask SQLite); the
     /// hints again after a repair reset them. Its jobs hold no reference to the store.
     let loader = WorkerThread(name: "trove-loader")
-    /// Set by close(): loads stop at their next batch.
+    /// Set by close(): loads stop at their next batch (a stopped hints load leaves them unloaded).
     let loadsStopped = Locked(false)
     private let processLock: Locked<ProcessLock?>
 
@@ -120,6 +123,9 @@ public final class Store: Sendable {
         self.directory = directory
         self.configuration = configuration
         self.shared = Locked(SharedState(map: LocationMap(observer: configuration.keyChanges)))
+        let hints = DedupHints()
+        self.dedupHintsLoaded = hints.loaded
+        self.dedupHints = Locked(hints)
         self.packsDirectory = directory + "/packs"
         if !configuration.createsMissingStore && SystemCall.fileKind(directory + "/index.sqlite") == nil
             && SystemCall.fileKind(packsDirectory) == nil
@@ -197,7 +203,7 @@ public final class Store: Sendable {
         guard !stopped.withLock({ $0 }), !hints.withLock({ $0.isLoaded }) else { return }
         guard let index = try? IndexDatabase(path: path, readOnly: true) else { return }
         hints.withLock { hints in
-            if !hints.isLoaded { try? hints.load(from: index) }
+            if !hints.isLoaded { try? hints.load(from: index, stopped: { stopped.withLock { $0 } }) }
         }
     }
 

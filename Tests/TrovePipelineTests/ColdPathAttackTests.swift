@@ -259,6 +259,7 @@ import TroveTestSupport
             func image(_ size: Int) -> [UInt8] { small + [UInt8](repeating: 0, count: size - small.count) }
             f.origin.set("/at.jpg", f.resource(image(limit), cacheControl: "max-age=600"))
             f.origin.set("/over.jpg", f.resource(image(limit + 1), cacheControl: "max-age=600"))
+            f.store.waitForLoads()  // until the dedup hints load, an inline write is refused too
             let gate = DispatchSemaphore(value: 0)
             let pool = f.pipeline.pool
             let blockers = (0..<pool.threadCount).map { _ in Task { try await pool.run { gate.wait() } } }

@@ -1,8 +1,15 @@
+import Dispatch
 import Foundation
 import Testing
 import TroveCore
+import TroveIndex
+import TrovePack
 import TroveStoreTestSupport
 import TroveTestSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 @_spi(Testing) @testable import TroveStore
 
@@ -105,6 +112,161 @@ import TroveTestSupport
             #expect(try store.data(for: CacheKey(url: "a")) == a)
             #expect(try store.data(for: CacheKey(url: "b")) == b)
             #expect(try store.statistics().blobs == 2)
+        }
+    }
+
+    /// The hints' own bookkeeping: a slot keeps every blob that shares it, the newest first in
+    /// line; a pass's forgets hand the slot back; a load merges with hints added before it.
+    @Test func slotsKeepOlderBlobsForTheirForgets() {
+        let h = ContentHash(high: 7, low: 1)
+        let other = ContentHash(high: 7, low: 2)  // agrees with h in the 64 bits the slot uses
+        var hints = DedupHints()
+        hints.add(h, id: 10)
+        hints.add(h, id: 20)  // equal bytes stored again
+        hints.add(other, id: 30)
+        #expect(hints.candidate(for: h) == 30)
+        hints.forget([(30, other)])
+        #expect(hints.candidate(for: h) == 20)
+        hints.forget([(10, h)])  // an older one goes quietly
+        #expect(hints.candidate(for: h) == 20)
+        hints.forget([(20, h)])
+        #expect(hints.candidate(for: h) == nil)
+        #expect(hints.count == 0)
+        #expect(hints.hintedIDs.isEmpty)
+    }
+
+    /// A load that close() stops leaves the hints unloaded (a put loads them itself later), and
+    /// reads no further batch.
+    @Test func aStoppedLoadLeavesTheHintsUnloaded() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir) { $0.compactionInterval = nil }
+            for i in 0..<5_000 { try store.put(Data(testBytes(seed: UInt64(i) &+ 1, count: 16)), for: key(i)) }
+            try store.flush()
+            let index = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: true)
+            var asked = 0
+            var hints = DedupHints()
+            try hints.load(from: index) {
+                asked += 1
+                return asked > 1  // stop after the first batch of 4 096
+            }
+            #expect(asked == 2)
+            #expect(!hints.isLoaded && hints.count == 0)
+            #expect(!hints.loaded.withLock { $0 })
+            try hints.load(from: index)
+            #expect(hints.isLoaded && hints.count == 5_000)
+            #expect(hints.loaded.withLock { $0 })
+            try store.close()
+        }
+    }
+
+    /// Two copies of one content can be live at once (a put during a rewrite of the first copy's
+    /// segment stores the bytes anew). The newer copy holds the hint slot; when it dies and a
+    /// pass deletes it, the older, live copy takes the slot back: content the index holds is
+    /// still found without a reload (an outside review, helper-31, found it lost).
+    @Test func aPassThatDeletesTheNewerCopyHandsTheHintToTheOlder() async throws {
+        try await withTemporaryDirectory { dir in
+            let box = Locked<Store?>(nil)
+            let armed = Locked(false)
+            let compactor = Locked<pthread_t?>(nil)
+            let blocked = DispatchSemaphore(value: 0)
+            let release = DispatchSemaphore(value: 0)
+            // Pauses the compactor at its first segment read once a segment is marked reclaiming.
+            let faults = FaultInjector { op, _ in
+                guard op == .read, let me = compactor.withLock({ $0 }), pthread_equal(me, pthread_self()) != 0,
+                    armed.withLock({ $0 }), let store = box.withLock({ $0 }),
+                    store.appender.withLockIfAvailable({ !$0.reclaiming.isEmpty }) == true
+                else { return nil }
+                armed.withLock { $0 = false }
+                blocked.signal()
+                release.wait()
+                return nil
+            }
+            let store = try openStore(dir, segmentSize: 1 << 20) {
+                $0.compactionInterval = nil
+                $0.faultInjector = faults
+            }
+            box.withLock { $0 = store }
+            defer { try? store.close() }
+            let content = Data(testBytes(seed: 77, count: 4000))
+            let hash = ContentHash(hashing: [UInt8](content))
+            try store.put(content, for: key(1))  // blob Z
+            try store.put(Data(testBytes(seed: 1, count: 100_000)), for: key(900))
+            try store.remove(key(900))
+            try store.flush()
+            // A pass rewrites segment 1 (sparse); it is paused after marking it reclaiming.
+            armed.withLock { $0 = true }
+            let passDone = DispatchSemaphore(value: 0)
+            let passError = Locked<(any Error)?>(nil)
+            Thread.detachNewThread {
+                compactor.withLock { $0 = pthread_self() }
+                do { try store.compact() } catch { passError.withLock { $0 = error } }
+                passDone.signal()
+            }
+            #expect(blocked.wait(timeout: .now() + 20) == .success, "the pass never paused")
+            try store.put(content, for: key(2))  // during the rewrite: stored anew, blob X
+            release.signal()
+            #expect(passDone.wait(timeout: .now() + 20) == .success)
+            #expect(passError.withLock { $0 } == nil)
+            try store.flush()
+            #expect(try store.statistics().blobs == 2, "setup: two live copies of one content")
+            // X dies; a pass deletes it and forgets its hint.
+            try store.remove(key(2))
+            try store.put(Data(testBytes(seed: 2, count: 100_000)), for: key(901))
+            try store.remove(key(901))
+            try store.flush()
+            try store.compact()
+            let rows = try store.readIndex { try $0.blobRows() }
+            #expect(rows.count == 1 && rows.first?.hash == hash, "setup: Z alone is left, holding the content")
+            let hinted = store.dedupHints.withLock { $0.candidate(for: hash) }
+            #expect(hinted != nil, "the index holds the content but no hint names it")
+            try store.put(content, for: key(3))
+            try store.flush()
+            #expect(try store.statistics().blobs == 1, "a put of content the index holds stored a second copy")
+            // A reopen (a reload) finds it again.
+            try store.close()
+            let reopened = try openStore(dir, segmentSize: 1 << 20) { $0.compactionInterval = nil }
+            defer { try? reopened.close() }
+            let before = try reopened.statistics().blobs
+            try reopened.put(content, for: key(4))
+            try reopened.flush()
+            #expect(try reopened.statistics().blobs == before, "after a reopen the content is found")
+        }
+    }
+
+    /// With the hints loaded and no back-pressure, a put without waiting is never refused, even
+    /// while other puts hold the hints' lock for their lookups and adds (helper-31 saw 52 of
+    /// 20 000 refused when any holder counted as a load).
+    @Test func putWithoutWaitingIsNotRefusedByABusyHintLock() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir) {
+                $0.compactionInterval = nil
+                $0.batchSize = 1_000_000  // back-pressure at 8 000 000 queued records: never here
+                $0.batchInterval = .seconds(3600)
+            }
+            defer { try? store.close() }
+            store.waitForLoads()
+            #expect(store.dedupHints.withLock { $0.isLoaded })
+            let stop = Locked(false)
+            let otherDone = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                var i = 0
+                while !stop.withLock({ $0 }) {
+                    try? store.put(Data(testBytes(seed: UInt64(1_000_000 + i), count: 64)), for: key(1_000_000 + i))
+                    i += 1
+                }
+                otherDone.signal()
+            }
+            var refused = 0
+            let attempts = 20_000
+            for i in 0..<attempts {
+                if try store.putWithoutWaiting(Data(testBytes(seed: UInt64(i), count: 64)), for: key(i)) == nil {
+                    refused += 1
+                }
+            }
+            stop.withLock { $0 = true }
+            otherDone.wait()
+            #expect(store.dedupHints.withLock { $0.isLoaded })
+            #expect(refused == 0, "\(refused) of \(attempts) puts without waiting refused, hints loaded, queue far from full")
         }
     }
 }

@@ -23,47 +23,91 @@ import TroveIndex
 /// asking meanwhile waits); a compaction pass and a repair take it under `committer` to forget
 /// blobs, so they may wait for a load, which never waits for `committer`.
 struct DedupHints {
+    /// The newest blob id by the first 64 bits of its content hash: the candidate.
     private var ids: [UInt64: Int64] = [:]
-    private(set) var isLoaded = false
+    /// Older blobs whose hash shares a slot's 64 bits (equal bytes stored twice, when a put raced
+    /// a rewrite of the first copy's segment, or contents that agree in 64 bits), oldest first:
+    /// when a pass deletes the slot's blob, the newest of them takes the slot, so content the
+    /// index still holds stays findable. Empty for almost every slot.
+    private var older: [UInt64: [Int64]] = [:]
+    private(set) var isLoaded = false {
+        didSet { loaded.withLock { $0 = isLoaded } }
+    }
+    /// `isLoaded`, readable without this value's lock (a load holds that lock for its whole
+    /// pass): what a put that must not wait asks first. A reference, shared with the store.
+    let loaded = Locked(false)
 
     /// How many hints are held (tests check it stays bounded by the blobs).
-    var count: Int { ids.count }
+    var count: Int { ids.count + older.values.reduce(0) { $0 + $1.count } }
 
     /// The blob ids hinted (tests check that they name blob rows).
-    var hintedIDs: Set<Int64> { Set(ids.values) }
+    var hintedIDs: Set<Int64> { Set(ids.values).union(older.values.joined()) }
 
     /// The blob id hinted for `hash`, if any.
     func candidate(for hash: ContentHash) -> Int64? { ids[hash.high] }
 
     /// A put appended blob `id` with `hash`.
-    mutating func add(_ hash: ContentHash, id: Int64) { ids[hash.high] = id }
-
-    /// Blob rows a compaction pass deleted: their hints go (a newer blob's, which took the slot
-    /// since, stays).
-    mutating func forget(_ deleted: [(id: Int64, hash: ContentHash)]) {
-        for (id, hash) in deleted where ids[hash.high] == id { ids[hash.high] = nil }
+    mutating func add(_ hash: ContentHash, id: Int64) {
+        let key = hash.high
+        if let previous = ids[key], previous != id {
+            older[key, default: []].append(previous)
+        }
+        ids[key] = id
     }
 
-    /// Loads every blob of `index`, keeping hints added meanwhile (they are newer). Reads
-    /// batches by id, each its own short snapshot: one snapshot held for a whole pass would
-    /// keep a TRUNCATE checkpoint waiting.
-    mutating func load(from index: IndexDatabase) throws(IndexError) {
-        var loaded: [UInt64: Int64] = [:]
+    /// Blob rows a compaction pass deleted: their hints go; a slot whose blob went passes to the
+    /// newest older blob sharing it, if any.
+    mutating func forget(_ deleted: [(id: Int64, hash: ContentHash)]) {
+        for (id, hash) in deleted {
+            let key = hash.high
+            var chain = older[key] ?? []
+            if ids[key] == id {
+                ids[key] = chain.popLast()
+            } else if let at = chain.firstIndex(of: id) {
+                chain.remove(at: at)
+            }
+            older[key] = chain.isEmpty ? nil : chain
+        }
+    }
+
+    /// Loads every blob of `index`, keeping hints added meanwhile. Reads batches by id, each its
+    /// own short snapshot (one snapshot held for a whole pass would keep a TRUNCATE checkpoint
+    /// waiting), and gives up — leaving them unloaded — when `stopped` says so between batches.
+    mutating func load(from index: IndexDatabase, stopped: () -> Bool = { false }) throws(IndexError) {
+        var loaded = DedupHints()
         var after: Int64 = .min
         while true {
+            if stopped() { return }
             let (batch, last) = try index.blobHashes(after: after, limit: 4_096)
             guard let last else { break }
-            // Ids only grow: the newest blob wins a shared 64-bit prefix.
-            for (id, hash) in batch { loaded[hash.high] = id }
+            for (id, hash) in batch { loaded.add(hash, id: id) }
             after = last
         }
-        ids.merge(loaded) { added, _ in added }
+        if ids.isEmpty {
+            ids = loaded.ids
+            older = loaded.older
+        } else {
+            // Puts added hints while the load ran (or before it): every id either side knows of
+            // stays, the newest in the slot.
+            for (key, id) in loaded.ids {
+                guard let mine = ids[key] else {
+                    ids[key] = id
+                    older[key] = loaded.older[key]
+                    continue
+                }
+                let all = Set((loaded.older[key] ?? []) + [id] + (older[key] ?? []) + [mine])
+                let sorted = all.sorted()
+                ids[key] = sorted.last
+                older[key] = sorted.count > 1 ? Array(sorted.dropLast()) : nil
+            }
+        }
         isLoaded = true
     }
 
     /// Forgets everything; the store loads them again.
     mutating func reset() {
         ids = [:]
+        older = [:]
         isLoaded = false
     }
 }
