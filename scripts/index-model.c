@@ -4,7 +4,7 @@
 // shows its numbers and how to run it:
 //
 //   gcc -O2 -o /tmp/index-model scripts/index-model.c -lsqlite3
-//   /tmp/index-model LAYOUT ENTRIES [PUTS_PER_CYCLE]
+//   /tmp/index-model LAYOUT ENTRIES [PUTS_PER_CYCLE [ROWS_PER_STATEMENT]]
 //
 // LAYOUT: v5     entries WITHOUT ROWID keyed by the 16-byte digest (schema 5)
 //         v6     entries in a rowid table, the digest in a unique index (schema 6)
@@ -15,6 +15,8 @@
 // (default 256) new puts — a blob row and an entry row each, like the committer's
 // `insertLinkedBlob` + `insertEntry` — are timed, WAL mode, synchronous=NORMAL, 16 MiB cache,
 // mmap on, no automatic checkpoint; then one PASSIVE checkpoint of what they wrote is timed.
+// ROWS_PER_STATEMENT (default 1) > 1 inserts that many puts' rows with one multi-row INSERT a
+// table, as the committer's groups of new puts do (Docs/Benchmarks.md, "new puts in groups").
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +26,8 @@
 #include <unistd.h>
 
 static sqlite3 *db;
-static sqlite3_stmt *insertEntry, *insertBlob;
+static sqlite3_stmt *insertEntry, *insertBlob, *groupEntries, *groupBlobs;
+static int group = 1;
 static long sequence;
 static unsigned long long state = 88172645463325252ULL;
 
@@ -62,6 +65,30 @@ static void step(sqlite3_stmt *statement) {
     sqlite3_reset(statement);
 }
 
+// `group` new puts: their blob rows in one statement, then their entry rows in another.
+static void putGroup(void) {
+    int b = 1, e = 1;
+    for (int k = 0; k < group; k++) {
+        long s = ++sequence;
+        unsigned long long digest[2] = {next(), next()}, hash[2] = {next(), next()};
+        char url[96];
+        int length = snprintf(url, sizeof url, "https://img.example.com/photos/%016llx/%ld.jpg", next(), s);
+        sqlite3_bind_int64(groupBlobs, b++, s);
+        sqlite3_bind_blob(groupBlobs, b++, hash, 16, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(groupBlobs, b++, s * 4400);
+        sqlite3_bind_blob(groupEntries, e++, digest, 16, SQLITE_TRANSIENT);
+        sqlite3_bind_text(groupEntries, e++, url, length, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(groupEntries, e++, (long)(next() >> 1));
+        sqlite3_bind_int64(groupEntries, e++, s);
+        sqlite3_bind_int64(groupEntries, e++, s * 4400);
+        sqlite3_bind_int64(groupEntries, e++, s);
+        sqlite3_bind_int64(groupEntries, e++, 1700000000000L + s);
+        sqlite3_bind_int64(groupEntries, e++, 1700000000000L + s);
+    }
+    step(groupBlobs);
+    step(groupEntries);
+}
+
 // One new put: its blob row, then its entry row (an image URL, a random digest).
 static void put(void) {
     long s = ++sequence;
@@ -86,12 +113,17 @@ static void put(void) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s v5|v6|rowid ENTRIES [PUTS_PER_CYCLE]\n", argv[0]);
+        fprintf(stderr, "usage: %s v5|v6|rowid ENTRIES [PUTS_PER_CYCLE [ROWS_PER_STATEMENT]]\n", argv[0]);
         return 2;
     }
     const char *layout = argv[1];
     long entries = atol(argv[2]);
     int cycle = argc > 3 ? atoi(argv[3]) : 256;
+    group = argc > 4 ? atoi(argv[4]) : 1;
+    if (group < 1 || group > 64 || cycle % group != 0) {
+        fprintf(stderr, "ROWS_PER_STATEMENT must be 1...64 and divide PUTS_PER_CYCLE\n");
+        return 2;
+    }
     char path[256], wal[300];
     snprintf(path, sizeof path, "/tmp/index-model-%s.sqlite", layout);
     snprintf(wal, sizeof wal, "%s-wal", path);
@@ -131,6 +163,21 @@ int main(int argc, char **argv) {
         "INSERT INTO entries(key_hash, url, variant, url_hash, blob, link_segment, link_offset, link_length, "
         "sequence, created_at, accessed_at, cost) VALUES (?, ?, '', ?, ?, 1, ?, 103, ?, ?, ?, 4096)",
         -1, &insertEntry, NULL);
+    if (group > 1) {
+        static char blobs[8192], rows[16384];
+        strcpy(blobs, "INSERT INTO blobs(id, hash, length, segment, offset, record_bytes, refs) VALUES ");
+        strcpy(rows, "INSERT INTO entries(key_hash, url, variant, url_hash, blob, link_segment, link_offset, "
+                     "link_length, sequence, created_at, accessed_at, cost) VALUES ");
+        for (int k = 0; k < group; k++) {
+            strcat(blobs, k ? ", (?, ?, 4096, 1, ?, 4148, 1)" : "(?, ?, 4096, 1, ?, 4148, 1)");
+            strcat(rows, k ? ", (?, ?, '', ?, ?, 1, ?, 103, ?, ?, ?, 4096)" : "(?, ?, '', ?, ?, 1, ?, 103, ?, ?, ?, 4096)");
+        }
+        if (sqlite3_prepare_v2(db, blobs, -1, &groupBlobs, NULL) != SQLITE_OK
+            || sqlite3_prepare_v2(db, rows, -1, &groupEntries, NULL) != SQLITE_OK) {
+            fprintf(stderr, "%s\n", sqlite3_errmsg(db));
+            return 1;
+        }
+    }
     for (long k = 0; k < entries; k += 4096) {
         run("BEGIN");
         for (int j = 0; j < 4096; j++) put();
@@ -144,7 +191,11 @@ int main(int argc, char **argv) {
     for (int r = 0; r < rounds; r++) {
         double start = now();
         run("BEGIN");
-        for (int j = 0; j < cycle; j++) put();
+        if (group > 1) {
+            for (int j = 0; j < cycle; j += group) putGroup();
+        } else {
+            for (int j = 0; j < cycle; j++) put();
+        }
         run("COMMIT");
         times[r] = now() - start;
         total += times[r];
@@ -161,9 +212,9 @@ int main(int argc, char **argv) {
                 times[j] = t;
             }
     double puts = (double)rounds * cycle;
-    printf("%-6s %8ld entries, %4d puts a cycle: apply %5.1f µs a put (p50 cycle %5.1f), "
+    printf("%-6s %8ld entries, %4d puts a cycle, %2d a statement: apply %5.1f µs a put (p50 cycle %5.1f), "
            "%.2f log pages a put, checkpoint %5.1f µs a put, index %.1f MB\n",
-        layout, entries, cycle, total / puts * 1e6, times[rounds / 2] / cycle * 1e6,
+        layout, entries, cycle, group, total / puts * 1e6, times[rounds / 2] / cycle * 1e6,
         (double)(walAfter - walBefore) / (4096 + 24) / puts, checkpoint / puts * 1e6, fileSize(path) / 1e6);
     sqlite3_close(db);
     unlink(path);

@@ -171,15 +171,121 @@ extension IndexDatabase {
         return true
     }
 
+    /// A put of new bytes under a key the index has no row for: a new blob, and the entry row
+    /// that links it (``insertNewPuts(_:)``).
+    public struct NewPut {
+        public var blobID: Int64
+        public var hash: ContentHash
+        public var length: UInt64
+        public var segment: UInt32
+        public var offset: UInt64
+        public var recordBytes: UInt64
+        /// The key's row; links blob ``blobID``.
+        public var row: EntryRow
+
+        public init(
+            blobID: Int64, hash: ContentHash, length: UInt64, segment: UInt32, offset: UInt64, recordBytes: UInt64,
+            row: EntryRow
+        ) {
+            precondition(row.blobID == blobID, "the row must link the blob it is inserted with")
+            self.blobID = blobID
+            self.hash = hash
+            self.length = length
+            self.segment = segment
+            self.offset = offset
+            self.recordBytes = recordBytes
+            self.row = row
+        }
+    }
+
+    /// The group sizes ``insertNewPuts(_:)`` takes, largest first.
+    public static let newPutGroupSizes = [16, 4]
+
+    /// Inserts a group of new puts — each a blob row and the entry row linking it, the same rows,
+    /// counts, live bytes, digest-table ids and places as
+    /// ``insertBlob(id:hash:length:segment:offset:recordBytes:linking:replacing:)`` with no
+    /// current row, one put after another — in one statement a table: SQLite then positions its
+    /// cursors once for the group instead of once a row (Docs/Benchmarks.md, "new puts in
+    /// groups"). The rows get the ids SQLite would have given them one by one (one above the
+    /// largest, in order). Run inside a transaction.
+    ///
+    /// - Returns: false, having changed nothing, unless the blob ids rise and are new (no row has
+    ///   an id between the group's first and last), the keys are distinct and none of them may
+    ///   have a row: the caller then applies the puts one by one.
+    public func insertNewPuts(_ puts: ArraySlice<NewPut>) throws(IndexError) -> Bool {
+        precondition(Self.newPutGroupSizes.contains(puts.count), "a group size")
+        // Blob ids rising (as the appender gives them), no blob row between the first and the last.
+        guard let low = puts.first?.blobID, let high = puts.last?.blobID,
+            zip(puts, puts.dropFirst()).allSatisfy({ $0.blobID < $1.blobID }),
+            try statement(.blobInRange).first([.integer(low), .integer(high)], { _ in true }) == nil
+        else { return false }
+        for (i, put) in zip(puts.indices, puts) {
+            let digest = put.row.keyDigest
+            guard try entryIDs(of: digest).isEmpty, !puts[..<i].contains(where: { $0.row.keyDigest == digest }) else {
+                return false
+            }
+        }
+        let last = try statement(.lastEntryID).first { $0.int64(0) } ?? 0
+        guard last >= 0, last <= Int64.max - Int64(puts.count) else { return false }
+        let large = puts.count == 16
+        var blobValues: [SQLiteValue] = []
+        var entryValues: [SQLiteValue] = []
+        blobValues.reserveCapacity(puts.count * 6)
+        entryValues.reserveCapacity(puts.count * 17)
+        for (i, put) in puts.enumerated() {
+            blobValues.append(.integer(put.blobID))
+            blobValues.append(.hash(put.hash))
+            blobValues.append(.integer(Int64(put.length)))
+            blobValues.append(.integer(Int64(put.segment)))
+            blobValues.append(.integer(Int64(put.offset)))
+            blobValues.append(.integer(Int64(put.recordBytes)))
+            entryValues.append(.integer(last + 1 + Int64(i)))
+            Self.appendValues(of: put.row, to: &entryValues)
+        }
+        try statement(large ? .insertNewBlobs16 : .insertNewBlobs4).run(blobValues)
+        try statement(large ? .insertNewEntries16 : .insertNewEntries4).run(entryValues)
+        for (i, put) in puts.enumerated() {
+            let id = last + 1 + Int64(i)
+            // Each blob's first reference: its record becomes live bytes of its segment.
+            try addLiveBytes(Int64(put.recordBytes), segment: put.segment)
+            noteInserted(put.row.keyDigest, id: id)
+            stagePlace(
+                of: put.row, id: id,
+                blob: BlobPlace(
+                    hash: put.hash, length: put.length, segment: put.segment, offset: put.offset,
+                    recordBytes: put.recordBytes))
+            try addLiveBytes(Int64(put.row.linkLength), segment: put.row.linkSegment)
+        }
+        groupedPuts += puts.count
+        return true
+    }
+
     /// The values of `row` in the order of the entry insert statements.
     static func values(of row: EntryRow) -> [SQLiteValue] {
-        [
-            .hash(row.keyDigest), .text(row.url), .text(row.variant), .integer(CacheKey.urlDigest(row.url)),
-            .integer(row.blobID), .integer(Int64(row.linkSegment)), .integer(Int64(row.linkOffset)),
-            .integer(Int64(row.linkLength)), .integer(Int64(bitPattern: row.sequence)), .optional(row.etag),
-            .optional(row.lastModified), .optional(row.expiresAt), .integer(row.createdAt),
-            .integer(row.accessedAt), .integer(row.cost), .optional(row.cachePolicy),
-        ]
+        var values: [SQLiteValue] = []
+        values.reserveCapacity(17)
+        appendValues(of: row, to: &values)
+        return values
+    }
+
+    /// Appends the values of `row` in the order of the entry insert statements.
+    static func appendValues(of row: EntryRow, to values: inout [SQLiteValue]) {
+        values.append(.hash(row.keyDigest))
+        values.append(.text(row.url))
+        values.append(.text(row.variant))
+        values.append(.integer(CacheKey.urlDigest(row.url)))
+        values.append(.integer(row.blobID))
+        values.append(.integer(Int64(row.linkSegment)))
+        values.append(.integer(Int64(row.linkOffset)))
+        values.append(.integer(Int64(row.linkLength)))
+        values.append(.integer(Int64(bitPattern: row.sequence)))
+        values.append(.optional(row.etag))
+        values.append(.optional(row.lastModified))
+        values.append(.optional(row.expiresAt))
+        values.append(.integer(row.createdAt))
+        values.append(.integer(row.accessedAt))
+        values.append(.integer(row.cost))
+        values.append(.optional(row.cachePolicy))
     }
 
     /// Removes the entry with digest `digest`, releasing its blob. Run inside a transaction.

@@ -15,6 +15,9 @@ public final class IndexDatabase {
     /// Changes to segments' live bytes made in the open transaction, written once per segment
     /// when it commits (a put would otherwise update its segment's row up to three times).
     var liveByteDeltas: [UInt32: Int64] = [:]
+    /// New puts inserted in groups (``insertNewPuts(_:)``) since opening: for tests, which must
+    /// know that the grouped path ran.
+    var groupedPuts = 0
     /// Entry row ids by key digest (schema 7; ``EntryDigestTable``): a writer's own, loaded when
     /// it opens and kept by its statements; a reader's, the writer's that it was given. Nil for
     /// a reader opened on its own, which has no writer to keep a table current and finds rows

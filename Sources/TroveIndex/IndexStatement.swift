@@ -17,6 +17,12 @@ enum IndexStatement: Int {
     case addLiveBytes
     case setIndexedBytes
     case blobHashes
+    case blobInRange
+    case lastEntryID
+    case insertNewBlobs4
+    case insertNewBlobs16
+    case insertNewEntries4
+    case insertNewEntries16
 
     var sql: String {
         switch self {
@@ -44,6 +50,17 @@ enum IndexStatement: Int {
                 sequence, etag, last_modified, expires_at, created_at, accessed_at, cost, cache_policy)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """
+        // A group of new puts (``IndexDatabase/insertNewPuts(_:)``): one statement a table, so
+        // that SQLite opens and positions its cursors once for the group, not once a row.
+        case .insertNewBlobs4, .insertNewBlobs16:
+            "INSERT INTO blobs(id, hash, length, segment, offset, record_bytes, refs) VALUES "
+                + repeatElement("(?, ?, ?, ?, ?, ?, 1)", count: groupSize).joined(separator: ", ")
+        case .insertNewEntries4, .insertNewEntries16:
+            """
+            INSERT INTO entries(id, key_hash, url, variant, url_hash, blob, link_segment, link_offset, link_length,
+                sequence, etag, last_modified, expires_at, created_at, accessed_at, cost, cache_policy) VALUES
+            """
+                + repeatElement("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", count: groupSize).joined(separator: ", ")
         case .replaceEntry:
             // In place (schema 6): the row keeps its place in the table and its id.
             """
@@ -58,6 +75,17 @@ enum IndexStatement: Int {
         case .addLiveBytes: "UPDATE segments SET live_bytes = live_bytes + ? WHERE id = ?"
         case .setIndexedBytes: "UPDATE segments SET indexed_bytes = ? WHERE id = ?"
         case .blobHashes: "SELECT id, hash FROM blobs WHERE id > ?1 ORDER BY id LIMIT ?2"
+        case .blobInRange: "SELECT 1 FROM blobs WHERE id BETWEEN ?1 AND ?2 LIMIT 1"
+        case .lastEntryID: "SELECT max(id) FROM entries"
+        }
+    }
+
+    /// The rows a group statement inserts (0: not a group statement).
+    var groupSize: Int {
+        switch self {
+        case .insertNewBlobs4, .insertNewEntries4: 4
+        case .insertNewBlobs16, .insertNewEntries16: 16
+        default: 0
         }
     }
 }

@@ -17,10 +17,26 @@ struct IndexApplier {
     /// followed by the link that names it — how a put of new bytes is written — is applied as one
     /// (``IndexDatabase/insertBlob(id:hash:length:segment:offset:recordBytes:linking:replacing:)``):
     /// the same rows as applying the two records one by one, which is what happens whenever the
-    /// pair does not qualify.
+    /// pair does not qualify. Consecutive such pairs for keys the index has no row for (a burst of
+    /// new puts) go in groups (``IndexDatabase/insertNewPuts(_:)``), one statement a table for the
+    /// group; again the same rows, as the pairs would have left one after another.
     func apply(_ writes: [PendingWrite]) throws {
+        var group = NewPutGroup()
         var i = writes.startIndex
         while i < writes.endIndex {
+            if i + 1 < writes.endIndex, let put = try newPut(writes[i], writes[i + 1]) {
+                if group.holds(put.row.keyDigest) {
+                    // Its key's row is in the group: apply the group, then this pair again.
+                    try apply(&group, writes)
+                    continue
+                }
+                group.puts.append(put)
+                group.starts.append(i)
+                if group.puts.count == IndexDatabase.newPutGroupSizes[0] { try apply(&group, writes) }
+                i += 2
+                continue
+            }
+            try apply(&group, writes)
             if i + 1 < writes.endIndex, try applyPair(writes[i], writes[i + 1]) {
                 i += 2
             } else {
@@ -28,6 +44,55 @@ struct IndexApplier {
                 i += 1
             }
         }
+        try apply(&group, writes)
+    }
+
+    /// New puts collected for one group statement, in write order, with where each one's blob
+    /// record is in the writes (its link record follows).
+    private struct NewPutGroup {
+        var puts: [IndexDatabase.NewPut] = []
+        var starts: [Int] = []
+
+        func holds(_ digest: ContentHash) -> Bool { puts.contains { $0.row.keyDigest == digest } }
+    }
+
+    /// Applies the collected new puts in write order and empties `group`: in groups of the
+    /// sizes the index takes, the rest (and any group the index declines) pair by pair.
+    private func apply(_ group: inout NewPutGroup, _ writes: [PendingWrite]) throws {
+        var start = 0
+        while start < group.puts.count {
+            let left = group.puts.count - start
+            let size = IndexDatabase.newPutGroupSizes.first { $0 <= left }
+            if let size, try index.insertNewPuts(group.puts[start..<start + size]) {
+                start += size
+                continue
+            }
+            for at in group.starts[start..<start + (size ?? 1)] where try !applyPair(writes[at], writes[at + 1]) {
+                try apply(writes[at].record, segment: writes[at].segment)
+                try apply(writes[at + 1].record, segment: writes[at + 1].segment)
+            }
+            start += size ?? 1
+        }
+        group.puts.removeAll(keepingCapacity: true)
+        group.starts.removeAll(keepingCapacity: true)
+    }
+
+    /// The new put that a new blob's record and the link after it make, when the link names the
+    /// blob by id, hash and length and the index has no row for the key (nil otherwise).
+    private func newPut(_ first: PendingWrite, _ second: PendingWrite) throws -> IndexDatabase.NewPut? {
+        guard case .blob(let hash, let id, let length) = first.record.content,
+            case .link(let link) = second.record.content,
+            link.blobID == id, link.blobHash == hash, link.blobLength == length
+        else { return nil }
+        let digest = link.key.digest
+        guard try currentRow(digest) == nil else { return nil }
+        let row = row(
+            for: link, digest: digest,
+            location: RecordLocation(segment: second.segment, offset: second.record.offset, length: second.record.length),
+            accessedAt: link.createdAt)
+        return IndexDatabase.NewPut(
+            blobID: Int64(bitPattern: id), hash: hash, length: length, segment: first.segment,
+            offset: first.record.offset, recordBytes: first.record.length, row: row)
     }
 
     /// Applies a new blob and the link that follows it together when that gives what applying them
