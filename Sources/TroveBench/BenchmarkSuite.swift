@@ -1,5 +1,4 @@
 import Foundation
-import TroveStore
 @_spi(Testing) import TroveStore
 import TroveCore
 

@@ -74,28 +74,28 @@ struct DedupHints {
     /// own short snapshot (one snapshot held for a whole pass would keep a TRUNCATE checkpoint
     /// waiting), and gives up — leaving them unloaded — when `stopped` says so between batches.
     mutating func load(from index: IndexDatabase, stopped: () -> Bool = { false }) throws(IndexError) {
-        var loaded = DedupHints()
+        var read = DedupHints()
         var after: Int64 = .min
         while true {
             if stopped() { return }
             let (batch, last) = try index.blobHashes(after: after, limit: 4_096)
             guard let last else { break }
-            for (id, hash) in batch { loaded.add(hash, id: id) }
+            for (id, hash) in batch { read.add(hash, id: id) }
             after = last
         }
         if ids.isEmpty {
-            ids = loaded.ids
-            older = loaded.older
+            ids = read.ids
+            older = read.older
         } else {
             // Puts added hints while the load ran (or before it): every id either side knows of
             // stays, the newest in the slot.
-            for (key, id) in loaded.ids {
+            for (key, id) in read.ids {
                 guard let mine = ids[key] else {
                     ids[key] = id
-                    older[key] = loaded.older[key]
+                    older[key] = read.older[key]
                     continue
                 }
-                let all = Set((loaded.older[key] ?? []) + [id] + (older[key] ?? []) + [mine])
+                let all = Set((read.older[key] ?? []) + [id] + (older[key] ?? []) + [mine])
                 let sorted = all.sorted()
                 ids[key] = sorted.last
                 older[key] = sorted.count > 1 ? Array(sorted.dropLast()) : nil
