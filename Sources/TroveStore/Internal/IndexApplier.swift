@@ -24,7 +24,11 @@ struct IndexApplier {
         var group = NewPutGroup()
         var i = writes.startIndex
         while i < writes.endIndex {
-            if i + 1 < writes.endIndex, let put = try newPut(writes[i], writes[i + 1]) {
+            // The row `newPut` read for a pair it turned down (the key has one): `applyPair` takes
+            // it rather than read it again — applying the group first cannot change it, as the
+            // group holds only keys that had no row.
+            var looked: EntryRow?? = nil
+            if i + 1 < writes.endIndex, let put = try newPut(writes[i], writes[i + 1], found: &looked) {
                 if group.holds(put.row.keyDigest) {
                     // Its key's row is in the group: apply the group, then this pair again.
                     try apply(&group, writes)
@@ -37,7 +41,7 @@ struct IndexApplier {
                 continue
             }
             try apply(&group, writes)
-            if i + 1 < writes.endIndex, try applyPair(writes[i], writes[i + 1]) {
+            if i + 1 < writes.endIndex, try applyPair(writes[i], writes[i + 1], known: looked) {
                 i += 2
             } else {
                 try apply(writes[i].record, segment: writes[i].segment)
@@ -79,13 +83,18 @@ struct IndexApplier {
 
     /// The new put that a new blob's record and the link after it make, when the link names the
     /// blob by id, hash and length and the index has no row for the key (nil otherwise).
-    private func newPut(_ first: PendingWrite, _ second: PendingWrite) throws -> IndexDatabase.NewPut? {
+    /// `found` receives the key's row as read (nil inside: none), once the pair qualifies that far.
+    private func newPut(
+        _ first: PendingWrite, _ second: PendingWrite, found: inout EntryRow??
+    ) throws -> IndexDatabase.NewPut? {
         guard case .blob(let hash, let id, let length) = first.record.content,
             case .link(let link) = second.record.content,
             link.blobID == id, link.blobHash == hash, link.blobLength == length
         else { return nil }
         let digest = link.key.digest
-        guard try currentRow(digest) == nil else { return nil }
+        let current = try currentRow(digest)
+        found = .some(current)
+        guard current == nil else { return nil }
         let row = row(
             for: link, digest: digest,
             location: RecordLocation(segment: second.segment, offset: second.record.offset, length: second.record.length),
@@ -97,15 +106,16 @@ struct IndexApplier {
 
     /// Applies a new blob and the link that follows it together when that gives what applying them
     /// one by one would: the link names the blob by id, hash and length, and the key has no entry
-    /// or an older one of the same key. Returns false, having changed nothing, otherwise.
-    private func applyPair(_ first: PendingWrite, _ second: PendingWrite) throws -> Bool {
+    /// or an older one of the same key. Returns false, having changed nothing, otherwise. `known`:
+    /// the key's row as the caller read it in this transaction, if it did.
+    private func applyPair(_ first: PendingWrite, _ second: PendingWrite, known: EntryRow?? = nil) throws -> Bool {
         guard case .blob(let hash, let id, let length) = first.record.content,
             case .link(let link) = second.record.content,
             link.blobID == id, link.blobHash == hash, link.blobLength == length
         else { return false }
         let key = link.key
         let digest = key.digest
-        let existing = try currentRow(digest)
+        let existing = try known ?? currentRow(digest)
         if let existing, existing.key != key || existing.sequence >= link.sequence { return false }
         let row = row(
             for: link, digest: digest,
