@@ -29,8 +29,12 @@ extension BenchmarkReport {
                 if let files = results.first(where: { $0.workload == r.workload && $0.engine == "FilePerEntry" }) {
                     parts.append("floor ÷ FilePerEntry \(number(r.opsPerSecond / files.opsPerSecond, 2))×")
                 }
-                // The floor never syncs: a put row compares it with `none` alone.
-                for peer in r.workload.hasPrefix("put") ? ["Trove none"] : ["Trove", "Trove none"] {
+                // The plain floor never syncs: a put row compares it with `none` alone; the floor
+                // that syncs like `batched`, with `batched` alone.
+                let peers =
+                    r.engine.hasSuffix(" batched")
+                    ? ["Trove"] : r.workload.hasPrefix("put") ? ["Trove none"] : ["Trove", "Trove none"]
+                for peer in peers {
                     guard let t = results.first(where: { $0.workload == r.workload && $0.engine == peer }) else { continue }
                     let share = t.opsPerSecond / r.opsPerSecond
                     parts.append("\(peer) ÷ floor \(number(share, 2))×\(share > 1 ? " (above the floor)" : "")")

@@ -171,6 +171,9 @@ public final class BenchmarkSuite {
         for engine in fixture.engines { try mixedZipf(engine) }
         for engine in fixture.engines { try dedupHeavyPut(engine) }
         for engine in fixture.engines { try diskPerPayload(engine) }
+        floor.syncsLikeBatched = true
+        try diskPerPayload(floor)
+        floor.syncsLikeBatched = false
         try compactionUnderReads()
         try scaling()
     }
@@ -210,6 +213,10 @@ public final class BenchmarkSuite {
         try atEveryLevel(
             trove: trove, files: files, sqlite: sqlite, count: count, durableCount: max(20, count / 4), put)
         try put(floor, tag: "main", count: count)
+        // The floor of the `batched` row: the same appends, synced as `batched` promises.
+        floor.syncsLikeBatched = true
+        try put(floor, tag: "batched", count: count)
+        floor.syncsLikeBatched = false
 
         // Warm gets of what each engine just stored: one untimed pass, then timed passes in a
         // shuffled order, every value compared.

@@ -15,8 +15,15 @@ import TroveCore
 /// ever reclaimed, nothing is synced): it shows what is left of a read or a write once the index
 /// costs nothing, so that Trove's rows can be read against their floor.
 ///
+/// With ``syncsLikeBatched`` it is also the floor of Trove's `batched` rows: an engine that
+/// promises what `batched` promises — a put is on disk within about 10 ms, and never more than
+/// eight batches of 256 puts are waiting for a sync — and does nothing else: its values file is
+/// `fdatasync`ed on a thread of its own every 10 ms or 256 puts, whichever comes first, and a put
+/// that finds 8 × 256 puts not yet synced waits for a sync. No index, no records, no checksums
+/// on disk: what is left of a `batched` put once everything but its sync is free.
+///
 /// `@unchecked Sendable`: used from one thread at a time (the workloads that run it are
-/// single-threaded).
+/// single-threaded); its syncer's counters are kept under the syncer's own lock.
 public final class KnownPlaceEngine: BlobStoring, @unchecked Sendable {
     public let directory: String
     /// Compare each value's XXH3-64 with the one stored at its put.
@@ -24,6 +31,24 @@ public final class KnownPlaceEngine: BlobStoring, @unchecked Sendable {
     private let descriptor: Int32
     private var places: [String: Place] = [:]
     private var end: UInt64
+    private var syncer: BatchSyncer?
+
+    /// Sync like Trove's `batched` (above). Change it only between workloads.
+    public var syncsLikeBatched: Bool {
+        get { syncer != nil }
+        set {
+            guard newValue != syncsLikeBatched else { return }
+            if newValue {
+                syncer = BatchSyncer(descriptor: descriptor, path: valuesPath)
+            } else {
+                syncer?.stop()
+                syncer = nil
+            }
+        }
+    }
+
+    /// Puts not yet synced (with ``syncsLikeBatched``; tests check the bound).
+    public var unsyncedPuts: Int { syncer?.unsynced ?? 0 }
 
     struct Place {
         var offset: UInt64
@@ -31,7 +56,7 @@ public final class KnownPlaceEngine: BlobStoring, @unchecked Sendable {
         var checksum: UInt64
     }
 
-    public var name: String { verifies ? "Floor+XXH3" : "Floor" }
+    public var name: String { (verifies ? "Floor+XXH3" : "Floor") + (syncsLikeBatched ? " batched" : "") }
 
     private var valuesPath: String { directory + "/values" }
     private var placesPath: String { directory + "/places" }
@@ -48,7 +73,10 @@ public final class KnownPlaceEngine: BlobStoring, @unchecked Sendable {
         }
     }
 
-    deinit { SystemCall.close(descriptor) }
+    deinit {
+        syncer?.stop()
+        SystemCall.close(descriptor)
+    }
 
     public func put(_ data: Data, key: String, etag: String) throws {
         try data.withUnsafeBytes { bytes in
@@ -56,6 +84,7 @@ public final class KnownPlaceEngine: BlobStoring, @unchecked Sendable {
             places[key] = Place(offset: end, length: bytes.count, checksum: XXH3.hash64(bytes))
         }
         end += UInt64(data.count)
+        try syncer?.wrote()
     }
 
     public func get(_ key: String) throws -> Data? {
@@ -72,8 +101,9 @@ public final class KnownPlaceEngine: BlobStoring, @unchecked Sendable {
         }
     }
 
-    /// Nothing: every put is visible at once, and the floor promises no durability.
-    public func flush() throws {}
+    /// Nothing: every put is visible at once, and the floor promises no durability — but with
+    /// ``syncsLikeBatched``, a sync of every put so far, as Trove's `flush()` commits and syncs.
+    public func flush() throws { try syncer?.flush() }
 
     /// Writes the places to their side file (the values are already in the page cache).
     public func close() throws {
@@ -107,5 +137,84 @@ public final class KnownPlaceEngine: BlobStoring, @unchecked Sendable {
             at += count
         }
         return places
+    }
+}
+
+/// The `fdatasync` thread of ``KnownPlaceEngine/syncsLikeBatched``: a sync every 10 ms, or at once
+/// when 256 puts are waiting; a put that finds 8 × 256 waiting waits for a sync to end.
+private final class BatchSyncer: @unchecked Sendable {
+    // `@unchecked Sendable`: every var is read and written with `condition` locked.
+    private let condition = NSCondition()
+    private var written = 0
+    private var synced = 0
+    private var stopping = false
+    /// A flush waits: sync now.
+    private var urgent = false
+    private var failure: (any Error)?
+    private let exited = DispatchSemaphore(value: 0)
+    static let batch = 256
+    static let bound = 8 * 256
+
+    init(descriptor: Int32, path: String) {
+        Thread.detachNewThread { [self] in
+            condition.lock()
+            while true {
+                // A cycle: until 10 ms have passed, 256 puts wait, or a flush or stop asks.
+                let deadline = Date(timeIntervalSinceNow: 0.01)
+                while !stopping && !urgent && written - synced < Self.batch && condition.wait(until: deadline) {}
+                urgent = false
+                let target = written
+                if target > synced {
+                    condition.unlock()
+                    let result = Result { try SystemCall.fdatasync(descriptor, path: path) }
+                    condition.lock()
+                    if case .failure(let error) = result, failure == nil { failure = error }
+                    synced = target
+                    condition.broadcast()
+                } else if stopping {
+                    break
+                }
+            }
+            condition.unlock()
+            exited.signal()
+        }
+    }
+
+    var unsynced: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return written - synced
+    }
+
+    /// A put was written: wakes the thread at a full batch, waits while the bound is passed.
+    func wrote() throws {
+        condition.lock()
+        defer { condition.unlock() }
+        written += 1
+        if written - synced >= Self.batch { condition.broadcast() }
+        while written - synced > Self.bound && failure == nil { condition.wait() }
+        if let failure { throw failure }
+    }
+
+    /// Waits until every put so far is synced.
+    func flush() throws {
+        condition.lock()
+        defer { condition.unlock() }
+        let target = written
+        while synced < target && failure == nil {
+            urgent = true
+            condition.broadcast()
+            condition.wait()
+        }
+        if let failure { throw failure }
+    }
+
+    /// Syncs what is left and ends the thread.
+    func stop() {
+        condition.lock()
+        stopping = true
+        condition.broadcast()
+        condition.unlock()
+        exited.wait()
     }
 }

@@ -74,6 +74,33 @@ import TroveTestSupport
         }
     }
 
+    /// The floor of the `batched` rows: every value reads back, no put returns with more than
+    /// 8 × 256 puts unsynced, a flush leaves none, and the sync thread ends when it is turned off.
+    @Test func knownPlaceEngineSyncsLikeBatched() async throws {
+        try await withTemporaryDirectory { dir in
+            let engine = try KnownPlaceEngine(directory: dir + "/floor", verifies: true)
+            engine.syncsLikeBatched = true
+            #expect(engine.name == "Floor+XXH3 batched")
+            var most = 0
+            for i in 0..<6_000 {
+                try engine.put(Data(testBytes(seed: UInt64(i), count: 512)), key: "k\(i)", etag: "")
+                most = max(most, engine.unsyncedPuts)
+            }
+            #expect(most <= 8 * 256)
+            try engine.flush()
+            #expect(engine.unsyncedPuts == 0)
+            for i in stride(from: 0, to: 6_000, by: 397) {
+                #expect(try engine.get("k\(i)") == Data(testBytes(seed: UInt64(i), count: 512)))
+            }
+            try engine.put(Data([1, 2, 3]), key: "last", etag: "")
+            engine.syncsLikeBatched = false
+            #expect(engine.name == "Floor+XXH3")
+            #expect(engine.unsyncedPuts == 0)
+            #expect(try engine.get("last") == Data([1, 2, 3]))
+            try engine.close()
+        }
+    }
+
     @Test func filePerEntryKeepsLRUOrderByFileTimes() async throws {
         try await withTemporaryDirectory { dir in
             let engine = try FilePerEntryEngine(directory: dir + "/files")

@@ -80,6 +80,10 @@ enum SystemCall {
         while Glibc.fsync(fd) != 0 { if errno != EINTR { throw fail("fsync", path) } }
     }
 
+    static func fdatasync(_ fd: Int32, path: String) throws {
+        while Glibc.fdatasync(fd) != 0 { if errno != EINTR { throw fail("fdatasync", path) } }
+    }
+
     /// Sets the file's access and modification times to now.
     static func touch(_ fd: Int32, path: String) throws {
         guard futimens(fd, nil) == 0 else { throw fail("futimens", path) }
