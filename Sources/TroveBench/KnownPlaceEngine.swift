@@ -17,9 +17,10 @@ import TroveCore
 ///
 /// With ``syncsLikeBatched`` it is also the floor of Trove's `batched` rows: an engine that
 /// promises what `batched` promises — a put is on disk within about 10 ms, and never more than
-/// eight batches of 256 puts are waiting for a sync — and does nothing else: its values file is
-/// `fdatasync`ed on a thread of its own every 10 ms or 256 puts, whichever comes first, and a put
-/// that finds 8 × 256 puts not yet synced waits for a sync. No index, no records, no checksums
+/// eight batches are waiting for a sync — and does nothing else: its values file is `fdatasync`ed
+/// on a thread of its own every 10 ms or 128 puts, whichever comes first, and a put that finds
+/// 8 × 128 puts not yet synced waits for a sync. (Trove counts records: a put of new bytes writes
+/// two, a blob and its link, so its batch of 256 and bound of 8 × 256 are 128 and 1 024 puts.) No index, no records, no checksums
 /// on disk: what is left of a `batched` put once everything but its sync is free.
 ///
 /// `@unchecked Sendable`: used from one thread at a time (the workloads that run it are
@@ -141,7 +142,7 @@ public final class KnownPlaceEngine: BlobStoring, @unchecked Sendable {
 }
 
 /// The `fdatasync` thread of ``KnownPlaceEngine/syncsLikeBatched``: a sync every 10 ms, or at once
-/// when 256 puts are waiting; a put that finds 8 × 256 waiting waits for a sync to end.
+/// when 128 puts are waiting; a put that finds 8 × 128 waiting waits for a sync to end.
 private final class BatchSyncer: @unchecked Sendable {
     // `@unchecked Sendable`: every var is read and written with `condition` locked.
     private let condition = NSCondition()
@@ -152,14 +153,14 @@ private final class BatchSyncer: @unchecked Sendable {
     private var urgent = false
     private var failure: (any Error)?
     private let exited = DispatchSemaphore(value: 0)
-    static let batch = 256
-    static let bound = 8 * 256
+    static let batch = 128
+    static let bound = 8 * 128
 
     init(descriptor: Int32, path: String) {
         Thread.detachNewThread { [self] in
             condition.lock()
             while true {
-                // A cycle: until 10 ms have passed, 256 puts wait, or a flush or stop asks.
+                // A cycle: until 10 ms have passed, 128 puts wait, or a flush or stop asks.
                 let deadline = Date(timeIntervalSinceNow: 0.01)
                 while !stopping && !urgent && written - synced < Self.batch && condition.wait(until: deadline) {}
                 urgent = false

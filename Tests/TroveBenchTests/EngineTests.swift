@@ -75,7 +75,8 @@ import TroveTestSupport
     }
 
     /// The floor of the `batched` rows: every value reads back, no put returns with more than
-    /// 8 × 256 puts unsynced, a flush leaves none, and the sync thread ends when it is turned off.
+    /// 8 × 128 puts unsynced (Trove's 8 × 256 records), a flush leaves none, and the sync thread
+    /// ends when it is turned off.
     @Test func knownPlaceEngineSyncsLikeBatched() async throws {
         try await withTemporaryDirectory { dir in
             let engine = try KnownPlaceEngine(directory: dir + "/floor", verifies: true)
@@ -86,7 +87,7 @@ import TroveTestSupport
                 try engine.put(Data(testBytes(seed: UInt64(i), count: 512)), key: "k\(i)", etag: "")
                 most = max(most, engine.unsyncedPuts)
             }
-            #expect(most <= 8 * 256)
+            #expect(most <= 8 * 128)
             try engine.flush()
             #expect(engine.unsyncedPuts == 0)
             for i in stride(from: 0, to: 6_000, by: 397) {
