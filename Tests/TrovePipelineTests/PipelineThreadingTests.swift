@@ -75,7 +75,16 @@ import TroveOrigin
         defer { pool.shutdown() }
         let gate = DispatchSemaphore(value: 0)
         let ran = Locked(false)
-        let blocker = Task { try await pool.run { gate.wait() } }
+        let started = Locked(false)
+        let blocker = Task {
+            try await pool.run {
+                started.withLock { $0 = true }
+                gate.wait()
+            }
+        }
+        // The blocker holds the pool's one thread before the job to cancel is queued (two tasks
+        // start in no set order: under TSan the second once ran first, fresh-clone CI of eca38fc).
+        while !started.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
         let queued = Task { try await pool.run { ran.withLock { $0 = true } } }
         try await Task.sleep(for: .milliseconds(50))
         queued.cancel()
