@@ -24,10 +24,10 @@ final class RawConnection {
                 connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
             }
         }
-        guard connected == 0 else {
-            close(descriptor)
-            throw POSIXError(.ECONNREFUSED)
-        }
+        // No close here: every stored property is set, so `deinit` runs when this throws and
+        // closes the socket. A close here as well closed the number twice — by then perhaps
+        // another test's socket (NIO's selector asserted on an fd it still had registered).
+        guard connected == 0 else { throw POSIXError(.ECONNREFUSED) }
         var limit = timeval(
             tv_sec: Int(timeout.components.seconds), tv_usec: Int(timeout.components.attoseconds / 1_000_000_000_000))
         setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
