@@ -111,10 +111,11 @@ extension Store {
         // Every slot of a committed write is answered by the index now; keep only the slots of
         // writes still queued when the map is over its limit, and drop committed removals.
         let limit = configuration.locationCacheLimit
-        appender.withLock { appender in
+        let dropped = appender.withLock { appender in
             appender.release(snapshot)
-            shared.withLock { $0.map.committed(limit: limit, waiting: appender.waitingKeys(removalsOnly:)) }
+            return shared.withLock { $0.map.committed(limit: limit, waiting: appender.waitingKeys(removalsOnly:)) }
         }
+        reclaimer.release(dropped)
         return bound
     }
 
@@ -196,9 +197,10 @@ extension Store {
     private func holdLocationMapToLimit() {
         let limit = configuration.locationCacheLimit
         guard shared.withLock({ $0.map.count > limit }) else { return }
-        appender.withLock { appender in
+        let dropped = appender.withLock { appender in
             shared.withLock { $0.map.committed(limit: limit, waiting: appender.waitingKeys(removalsOnly:)) }
         }
+        reclaimer.release(dropped)
     }
 
     /// Drops every entry linked to `blob`, whose record is the one the index names but whose

@@ -63,6 +63,8 @@ public final class Store: Sendable {
     let checkpointer: BackgroundCheckpointer
     /// Runs each commit cycle's fdatasyncs beside its index apply (used under `committer`).
     let syncer = BackgroundSyncer()
+    /// Frees what the location map lets go of at its limit, off the commit cycle.
+    let reclaimer = Reclaimer()
     /// How writes that wait for their commit share cycles. Taken with no store lock held; its
     /// leader takes `committer` after releasing it.
     let groupCommit = GroupCommit()
@@ -290,6 +292,7 @@ public final class Store: Sendable {
         }
         checkpointer.stop()
         syncer.stop()
+        reclaimer.stop()
         committer.withLock { slot in
             if let state = slot {
                 state.isClosed = true

@@ -340,6 +340,26 @@ import TroveTestSupport
             try store.flush()
             #expect(store.shared.withLock { $0.map.count } <= 10)
             for i in 0..<100 { #expect(try store.data(for: key(i)) == Data([UInt8(i)])) }
+            // Small tables are freed where they are dropped: a hop would cost more.
+            try store.close()
+            #expect(store.reclaimer.freedSlots == 0)
+        }
+    }
+
+    /// A map that goes over its limit hands its table to the reclaimer's thread, which frees it
+    /// off the commit cycle (whose locks puts wait for); what it held reads from the index.
+    @Test func aLargeDroppedMapIsFreedOffTheCommitCycle() async throws {
+        try await withTemporaryDirectory { dir in
+            // Twice the threshold: whatever the writes still queued when the map goes over
+            // (at most the back-pressure bound's), the table dropped is above it.
+            let limit = 2 * Reclaimer.threshold
+            let store = try openStore(dir) { $0.locationCacheLimit = limit }
+            for i in 0..<limit + 100 { try store.put(Data([UInt8(i & 0xFF), 1]), for: key(i)) }
+            try store.flush()
+            #expect(store.shared.withLock { $0.map.count } <= limit)
+            for i in 0..<limit + 100 { #expect(try store.data(for: key(i)) == Data([UInt8(i & 0xFF), 1])) }
+            try store.close()  // waits for the reclaimer's jobs
+            #expect(store.reclaimer.freedSlots >= Reclaimer.threshold)
         }
     }
 }

@@ -18,15 +18,38 @@ import TroveIndex
 /// Every mutation that can make an index row read earlier stale bumps ``generation``. Lives inside `Store.shared` (a `Locked`); the observer
 /// is called with that lock held, in the order the map changed, so it must not call the store.
 struct LocationMap {
-    enum Slot {
+    enum Slot: Sendable {
         /// The entry as last written or read.
         case present(IndexedEntry)
         /// Removed, possibly not yet committed: readers must not look in the index.
         case removed
     }
 
+    /// How the table holds a slot: the entry in a box of its own. An `IndexedEntry` is ~250
+    /// bytes, and a table's buckets are a quarter to five eighths empty and all moved each time
+    /// it grows: held inline, a process that had put 100 000 keys peaked 50 MB higher, and a
+    /// key read once cost 1.3–1.6 KB of resident memory against 0.85 KB boxed
+    /// (Docs/Benchmarks.md, "the location map's drop and slots"). Boxed, a bucket is the key
+    /// and one reference.
+    fileprivate enum Held: Sendable {
+        case present(Box)
+        case removed
+
+        var slot: Slot {
+            switch self {
+            case .present(let box): .present(box.entry)
+            case .removed: .removed
+            }
+        }
+    }
+
+    fileprivate final class Box: Sendable {
+        let entry: IndexedEntry
+        init(_ entry: IndexedEntry) { self.entry = entry }
+    }
+
     /// Recently written or read keys.
-    private var slots: [CacheKey: Slot] = [:]
+    private var slots: [CacheKey: Held] = [:]
     /// The keys whose slot is `.removed`: what a commit may drop, found without walking every
     /// slot (a commit cycle must cost what it commits, not what the map holds).
     private var removedKeys: Set<CacheKey> = []
@@ -49,22 +72,28 @@ struct LocationMap {
 
     /// The slot for `key`, if the map knows it.
     func slot(for key: CacheKey) -> Slot? {
-        slots[key] ?? pinned[key]
+        slots[key]?.slot ?? pinned[key]
     }
 
     /// Every slot, the pinned ones under the others: what the index may not show yet.
     var pending: [CacheKey: Slot] {
-        pinned.merging(slots) { _, newer in newer }
+        var pending = pinned
+        for (key, held) in slots { pending[key] = held.slot }
+        return pending
     }
 
     /// How many keys have a slot (pinned ones aside).
     var count: Int { slots.count }
 
+    /// Every slot but the pinned ones, unboxed: for tests that check the map's own sets
+    /// against each other (O(n): not for the store's paths).
+    var table: [CacheKey: Slot] { slots.mapValues(\.slot) }
+
     // MARK: Writes
 
     /// A put of `key` appended `entry`'s records.
     mutating func stored(_ entry: IndexedEntry, for key: CacheKey) {
-        slots[key] = .present(entry)
+        slots[key] = .present(Box(entry))
         removedKeys.remove(key)
         changed(key, .stored)
     }
@@ -82,7 +111,7 @@ struct LocationMap {
     /// before it looked: cached only if nothing changed since and no slot appeared.
     mutating func fill(_ entry: IndexedEntry, for key: CacheKey, readAt: UInt64) {
         guard generation == readAt, slots[key] == nil else { return }
-        slots[key] = .present(entry)
+        slots[key] = .present(Box(entry))
     }
 
     // MARK: Moves
@@ -91,10 +120,11 @@ struct LocationMap {
     /// cached entries follow their blobs, and every key whose records moved is reported.
     mutating func moved(blobs: [Int64: (segment: UInt32, offset: UInt64, recordBytes: UInt64)], keys: Set<CacheKey>) {
         var touched = keys
-        for (key, slot) in slots {
-            guard case .present(var entry) = slot, let place = blobs[entry.blob.id] else { continue }
+        for (key, held) in slots {
+            guard case .present(let box) = held, let place = blobs[box.entry.blob.id] else { continue }
+            var entry = box.entry
             (entry.blob.segment, entry.blob.offset, entry.blob.recordBytes) = place
-            slots[key] = .present(entry)
+            slots[key] = .present(Box(entry))
             touched.insert(key)
         }
         generation &+= 1
@@ -107,9 +137,10 @@ struct LocationMap {
     /// the slot's blob follows, if it still names that blob. Only the blob's place changes —
     /// the slot's link, sequence and metadata may be newer than the index's.
     mutating func blobMoved(for key: CacheKey, to place: BlobRow) {
-        guard case .present(var entry) = slots[key], entry.blob.id == place.id else { return }
+        guard case .present(let box) = slots[key], box.entry.blob.id == place.id else { return }
+        var entry = box.entry
         entry.blob = place
-        slots[key] = .present(entry)
+        slots[key] = .present(Box(entry))
         changed(key, .relocated)
     }
 
@@ -133,30 +164,44 @@ struct LocationMap {
     /// replay): every slot but those of `queued` keys and uncommitted removals is dropped, so
     /// that the index answers, and each change is reported.
     mutating func indexChanged(_ changes: [KeyChange], keeping queued: Set<CacheKey>) {
-        slots = slots.filter { key, slot in
+        slots = slots.filter { key, held in
             if queued.contains(key) { return true }
-            if case .removed = slot { return true }
+            if case .removed = held { return true }
             return false
         }
         generation &+= 1
         for change in changes { observer?(change) }
     }
 
+    /// Slots the map let go of when it went over its limit, handed back by
+    /// ``committed(limit:waiting:)`` so that the caller frees them after its locks: freeing a
+    /// hundred thousand keys and rows takes tens of milliseconds, which no lock that puts wait
+    /// for may hold (``Store``'s `Reclaimer`).
+    struct Dropped: Sendable {
+        fileprivate var slots: [CacheKey: Held] = [:]
+        /// How many slots there are to free.
+        var count: Int { slots.count }
+    }
+
     /// After a commit: the index answers for every committed write. Keeps only the slots of
-    /// writes still waiting in the queue when the map holds more than `limit` keys; otherwise
-    /// drops the committed removals (entries stay cached). `waiting(removalsOnly)` gives the
-    /// keys with a queued write (with `removalsOnly`, a queued tombstone): asked only when
-    /// there is something to drop.
+    /// writes still waiting in the queue when the map holds more than `limit` keys (and returns
+    /// the others, for the caller to free after its locks); otherwise drops the committed
+    /// removals (entries stay cached). `waiting(removalsOnly)` gives the keys with a queued
+    /// write (with `removalsOnly`, a queued tombstone): asked only when there is something to
+    /// drop.
     ///
     /// - Complexity: nothing when the map is under `limit` and holds no removal; else
-    ///   O(removals in the map + queue); O(n) only when the map is over `limit` (it then keeps
-    ///   the waiting keys alone, so that happens once per `limit` fills).
-    mutating func committed(limit: Int, waiting: (_ removalsOnly: Bool) -> Set<CacheKey>) {
+    ///   O(removals in the map + queue) — also when the map is over `limit`: it then keeps the
+    ///   waiting keys alone and hands the rest back whole, unfreed.
+    mutating func committed(limit: Int, waiting: (_ removalsOnly: Bool) -> Set<CacheKey>) -> Dropped {
+        var dropped = Dropped()
         if slots.count > limit {
             let waiting = waiting(false)
-            var kept: [CacheKey: Slot] = [:]
-            for key in waiting { if let slot = slots[key] { kept[key] = slot } }
-            slots = kept
+            var kept: [CacheKey: Held] = [:]
+            for key in waiting { if let held = slots[key] { kept[key] = held } }
+            // The old table moves out whole (no copy, no free here).
+            swap(&kept, &slots)
+            dropped.slots = kept
             removedKeys = removedKeys.filter { waiting.contains($0) && slots[$0] != nil }
         } else if !removedKeys.isEmpty {
             // A removed slot's last write is a tombstone: it waits while a tombstone of its key
@@ -167,6 +212,7 @@ struct LocationMap {
         }
         // No bump: a dropped slot's write is in the index now, and a fill that began before
         // the write already saw the generation move.
+        return dropped
     }
 
     /// The store closed.
