@@ -43,9 +43,15 @@ import TroveTestSupport
         process.standardOutput = pipe
         process.standardError = FileHandle.standardError
         try process.run()
+        let (output, done) = collect(pipe.fileHandleForReading)
+        return Child(process: process, output: output, done: done)
+    }
+
+    /// Reads `reader` to its end on a thread of its own: what it read so far, and a semaphore
+    /// signalled at the end.
+    static func collect(_ reader: FileHandle) -> (Output, DispatchSemaphore) {
         let output = Output()
         let done = DispatchSemaphore(value: 0)
-        let reader = pipe.fileHandleForReading
         Thread.detachNewThread {
             while true {
                 let chunk = reader.availableData
@@ -54,7 +60,7 @@ import TroveTestSupport
             }
             done.signal()
         }
-        return Child(process: process, output: output, done: done)
+        return (output, done)
     }
 
     static func waitForReady(_ child: Child, timeout: Double = 30) -> Int32? {

@@ -272,11 +272,23 @@ import TroveTestSupport
                 let pipe = Pipe()
                 process.standardOutput = pipe
                 try process.run()
-                try await Task.sleep(for: .milliseconds(1_500 + Int(g.next() % 1_500)))
+                // Killed a random time after its first 60 acknowledgements, not after a fixed
+                // time: a child that starts slowly on a loaded machine still writes bursts (a
+                // fixed 1.5 s once left a child 46 puts).
+                let (output, done) = CrashTests.collect(pipe.fileHandleForReading)
+                func acknowledged() -> [Int] {
+                    String(decoding: output.data.withLock { $0 }, as: UTF8.self).split(separator: "\n")
+                        .compactMap { $0.hasPrefix("A ") ? Int($0.dropFirst(2)) : nil }
+                }
+                let deadline = ContinuousClock.now + .seconds(120)
+                while acknowledged().count < 60, process.isRunning, ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+                try await Task.sleep(for: .milliseconds(300 + Int(g.next() % 1_500)))
                 kill(process.processIdentifier, SIGKILL)
                 process.waitUntilExit()
-                let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-                let acked = output.split(separator: "\n").compactMap { $0.hasPrefix("A ") ? Int($0.dropFirst(2)) : nil }
+                done.wait()
+                let acked = acknowledged()
                 let last = acked.last ?? (start - 1)
                 #expect(acked.count > 50, "round \(round): \(acked.count) puts acknowledged")
                 for i in acked where i % 29 == 7 { removed.insert(i - 20) }
