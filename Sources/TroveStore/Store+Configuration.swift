@@ -28,7 +28,8 @@ extension Store {
         /// (the index answers misses). Default: 100 000. A slot costs a few hundred bytes of heap
         /// (its key and row, URL text included); `trove bench` measures ~0.85 KB of resident
         /// growth per entry read once, mapped index pages and read-time bookkeeping included
-        /// (Docs/Architecture.md, "Memory"). The emptied table is freed off the commit cycle.
+        /// (Docs/Architecture.md, "Memory"). An emptied table of 4 096 slots or more is freed on
+        /// a thread of the store's own, not by the commit cycle.
         public var locationCacheLimit: Int = 100_000
 
         /// Read-only index connections kept for concurrent gets. Default: 4.
