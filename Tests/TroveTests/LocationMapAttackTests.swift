@@ -67,6 +67,21 @@ import TroveTestSupport
         map.table
     }
 
+    /// One write of a racing writer: version `v` of key `k` — a removal when `v` is a
+    /// multiple of 3, else `value` — with its start and end noted for the readers' checks.
+    static func racingWrite(
+        _ store: Store, _ k: Int, _ v: Int, _ value: Data, started: Locked<[Int]>, done: Locked<[Int]>,
+        note: (String) -> Void
+    ) {
+        started.withLock { $0[k] = v }
+        do {
+            if v % 3 == 0 { try store.remove(key(k)) } else { try store.put(value, for: key(k)) }
+        } catch {
+            note("write \(k)#\(v): \(error)")
+        }
+        done.withLock { $0[k] = v }
+    }
+
     /// `removedKeys` is exactly the set of keys whose slot is `.removed`.
     static func checkRemovedKeys(
         _ store: Store, _ context: @autoclosure () -> String = "", sourceLocation: SourceLocation = #_sourceLocation
@@ -652,13 +667,7 @@ import TroveTestSupport
                         let k = w * keysPerWriter + Int.random(in: 0..<keysPerWriter, using: &rng)
                         version += 1
                         let v = version
-                        started.withLock { $0[k] = v }
-                        do {
-                            if v % 3 == 0 { try store.remove(key(k)) } else { try store.put(bytes(k, v), for: key(k)) }
-                        } catch {
-                            note("write \(k)#\(v): \(error)")
-                        }
-                        done.withLock { $0[k] = v }
+                        LocationMapAttackTests.racingWrite(store, k, v, bytes(k, v), started: started, done: done, note: note)
                         counts.withLock { $0.writes += 1 }
                     }
                 }

@@ -275,13 +275,7 @@ import TroveTestSupport
                         let k = w * keysPerWriter + j
                         versions[j] += 1
                         let v = versions[j]
-                        started.withLock { $0[k] = v }
-                        do {
-                            if v % 3 == 0 { try store.remove(key(k)) } else { try store.put(bytes(k, v), for: key(k)) }
-                        } catch {
-                            note("write \(k)#\(v): \(error)")
-                        }
-                        done.withLock { $0[k] = v }
+                        LocationMapAttackTests.racingWrite(store, k, v, bytes(k, v), started: started, done: done, note: note)
                         counts.withLock { $0.writes += 1 }
                     }
                 }
