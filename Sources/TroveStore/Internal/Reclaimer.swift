@@ -5,7 +5,7 @@ import TroveCore
 /// let go of them — the committer, holding the locks puts wait for — does not pay for it.
 ///
 /// The one such value today is the location map's table when the map goes over its limit
-/// (``LocationMap/Dropped``): a hundred thousand keys and rows took 20–55 ms to free on the
+/// (``LocationMap/Dropped``): a hundred thousand keys and rows took 20–57 ms to free on the
 /// committer, and every put of a burst waited that long (Docs/Benchmarks.md, "the location
 /// map's drop and slots"). Small values are freed at once: a hop to the thread would cost more.
 final class Reclaimer: Sendable {
