@@ -204,7 +204,7 @@ public final class BenchmarkSuite {
         let values = (0..<count).map { pool.value(id: UInt64(size * 10 + $0), size: size) }
         func put(_ engine: any BlobStoring & Sendable, tag: String, count: Int) throws {
             progress("put \(label) × \(count): \(engine.name)")
-            let m = try measure(count, finish: engine.flush) { i in
+            let m = try measure(count, settling: root, finish: engine.flush) { i in
                 try engine.put(values[i], key: "put-\(label)-\(tag)-\(i)", etag: "e\(i)")
             }
             record("put \(label)", engine, m)
@@ -226,7 +226,7 @@ public final class BenchmarkSuite {
         func get(_ engine: any BlobStoring) throws {
             progress("warm get \(label) × \(gets): \(engine.name)")
             for i in 0..<count { _ = try engine.get("put-\(label)-main-\(i)") }
-            let m = try measure(gets) { j in
+            let m = try measure(gets, settling: root) { j in
                 try engine.get("put-\(label)-main-\(order[j])")
             } check: { j, data in
                 guard data == values[order[j]] else {
@@ -282,7 +282,7 @@ public final class BenchmarkSuite {
         let workload = "\(writers) writers put 20KB"
         func put(_ engine: any BlobStoring & Sendable, tag: String, count: Int) throws {
             progress("\(workload) × \(count): \(engine.name)")
-            let m = try measureConcurrently(count, threads: writers, finish: engine.flush) { i in
+            let m = try measureConcurrently(count, threads: writers, settling: root, finish: engine.flush) { i in
                 try engine.put(values[i], key: "writers-\(tag)-\(i)", etag: "e\(i)")
             }
             record(workload, engine, m)
@@ -318,7 +318,7 @@ public final class BenchmarkSuite {
         progress("mixed 90/10 Zipf × \(operations): \(engine.name)")
         var misses = 0
         var wrong = 0
-        let m = try measure(operations, finish: engine.flush) { i -> Data? in
+        let m = try measure(operations, settling: root, finish: engine.flush) { i -> Data? in
             let (item, value) = plan[i]
             if let value {
                 try engine.put(value, key: "zipf-\(item)", etag: "v")
@@ -354,7 +354,9 @@ public final class BenchmarkSuite {
         let before = try engine.allocatedBytes()
         let trove = engine as? TroveEngine
         let statistics = try trove?.store.statistics()
-        let m = try measure(count, finish: engine.flush) { i in try engine.put(values[i], key: "dedup-\(i)", etag: "d") }
+        let m = try measure(count, settling: root, finish: engine.flush) { i in
+            try engine.put(values[i], key: "dedup-\(i)", etag: "d")
+        }
         let grown = try engine.allocatedBytes() - before
         if let trove, let statistics {
             // What the growth is made of: the workload measures dedup only if each value is kept once.
@@ -375,7 +377,9 @@ public final class BenchmarkSuite {
         let values = (0..<count).map { pool.value(id: UInt64(7_000_000 + $0), size: 20_000) }
         let before = try engine.allocatedBytes()
         let logBefore = FileTree.allocatedBytes(under: engine.directory, suffix: "-wal")
-        let m = try measure(count, finish: engine.flush) { i in try engine.put(values[i], key: "disk-\(i)", etag: "") }
+        let m = try measure(count, settling: root, finish: engine.flush) { i in
+            try engine.put(values[i], key: "disk-\(i)", etag: "")
+        }
         let grown = try engine.allocatedBytes() - before
         // Part of the growth can be an SQLite log reaching its high-water mark (it is never
         // truncated): a fixed cost, not one per payload byte. Shown apart, not taken out.
@@ -412,7 +416,7 @@ public final class BenchmarkSuite {
                 throw BenchmarkError("compaction: wrong bytes for c-\(live[j % live.count])")
             }
         }
-        let idle = try measure(live.count, get, check: check)
+        let idle = try measure(live.count, settling: root, get, check: check)
         record("get, idle", name: "Trove", idle)
 
         // The pass on another thread; gets on this one until it is done.
@@ -429,7 +433,7 @@ public final class BenchmarkSuite {
         var during = Measurement()
         var j = 0
         while outcome.withLock({ $0 == nil }) || during.latencies.count < 1_000 {
-            let m = try measure(200, { try get(j + $0) }, check: { try check(j + $0, $1) }, synced: false)
+            let m = try measure(200, settling: nil, { try get(j + $0) }, check: { try check(j + $0, $1) })
             during.latencies += m.latencies
             during.total += m.total
             j += 200
@@ -480,7 +484,7 @@ public final class BenchmarkSuite {
             while chosen.count < gets { chosen.insert(Int.random(in: 0..<entries, using: &generator)) }
             let keys = Array(chosen).shuffled(using: &generator)
             var wrong = 0
-            let m = try measure(gets) { j in
+            let m = try measure(gets, settling: root) { j in
                 try store.data(for: CacheKey(url: "s-\(keys[j])"))
             } check: { j, data in
                 if data.flatMap(ContentPool.id(of:)) != UInt64(keys[j]) { wrong += 1 }

@@ -116,7 +116,7 @@ public enum FirstReadBenchmark {
                 throw BenchmarkError("bench-worker \(arguments[0]): \(key(item)) read back wrong")
             }
         }
-        let first = try measure(items, { try store.get(key(order[$0])) }, check: { try check(order[$0], $1) }, synced: false)
+        let first = try measure(items, settling: nil, { try store.get(key(order[$0])) }, check: { try check(order[$0], $1) })
         let throughPlaces = (store as? TroveEngine)?.store.readsThroughPlaces
         // Then the cache's day: Zipf-popular keys, one operation in ten a new version of the
         // value (a put), as a cache replacing what changed at its origin. Each put's value is

@@ -137,6 +137,21 @@ import TroveTestSupport
         #expect(a != pool.value(id: 2, size: 5000))
         #expect(a == pool.value(id: 1, size: 5000))
     }
+
+    /// Settling a directory's file system before a timed loop leaves the directory as it was
+    /// (its synced probe file removed), and a directory that cannot take the file changes nothing.
+    @Test func settlingLeavesTheDirectoryAsItWas() async throws {
+        try await withTemporaryDirectory { dir in
+            try Data("kept".utf8).write(to: URL(fileURLWithPath: dir + "/kept"))
+            settle(dir)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: dir) == ["kept"])
+            settle(dir + "/missing")
+            #expect(!FileManager.default.fileExists(atPath: dir + "/missing"))
+            let m = try measure(3, settling: dir) { $0 }
+            #expect(m.latencies.count == 3)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: dir) == ["kept"])
+        }
+    }
 }
 
 @Suite struct SuiteTests {

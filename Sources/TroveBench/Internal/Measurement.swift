@@ -33,22 +33,46 @@ struct Measurement {
     }
 }
 
+/// Brings the file system holding `directory` to rest before a timed loop, so that whoever runs
+/// next does not pay for what earlier workloads left behind, and the order of the workloads
+/// does not decide the numbers:
+/// - `sync()` writes back the page cache's dirty pages;
+/// - a small file written, synced and removed there makes the file system's journal finish the
+///   work those workloads left pending. Without it the first `fdatasync` after the engines'
+///   populations (one of them 100 000 files) waited 100–300 ms on this machine, right after a
+///   `sync()` — a stall that fell on whichever engine syncs first in a row (Trove `batched`,
+///   the first of the `put 4KiB` row), and alone halved that row (Docs/Benchmarks.md).
+func settle(_ directory: String) {
+    sync()
+    let path = directory + "/.settle-\(getpid())"
+    for _ in 0..<2 {
+        let descriptor = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { return }
+        let block = [UInt8](repeating: 0, count: 4_096)
+        _ = block.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+        _ = fdatasync(descriptor)
+        close(descriptor)
+    }
+    unlink(path)
+}
+
 /// Times `count` calls of `body`, each on its own, then passes each result to `check` outside
 /// the timed region and drops it at once (a caller of a cache uses the bytes and lets them go;
 /// keeping every result alive would measure page faults of a growing heap instead).
 ///
 /// The total is the sum of the timed calls plus `finish` (so work an engine defers, such as a
 /// group commit, is paid for inside the measurement); checks are not counted.
+///
+/// - Parameter directory: where the engines keep their files: the loop starts once that file
+///   system is at rest (``settle(_:)``); nil starts it as things are (a loop that is one slice of
+///   a longer measurement).
 func measure<T>(
-    _ count: Int, finish: () throws -> Void = {}, _ body: (Int) throws -> T,
-    check: (Int, T) throws -> Void = { _, _ in }, synced: Bool = true
+    _ count: Int, settling directory: String?, finish: () throws -> Void = {}, _ body: (Int) throws -> T,
+    check: (Int, T) throws -> Void = { _, _ in }
 ) throws -> Measurement {
     var m = Measurement()
     m.latencies.reserveCapacity(count)
-    // Start every timed loop from a clean page cache: otherwise whoever runs next pays for the
-    // writeback of what earlier workloads left dirty, and the order of workloads decides the
-    // numbers.
-    if synced { sync() }
+    if let directory { settle(directory) }
     ResidentMemory.resetPeak()
     let clock = ContinuousClock()
     for i in 0..<count {
@@ -65,14 +89,15 @@ func measure<T>(
 }
 
 /// Runs `body(i)` for every `i` in `0..<count` on `threads` threads at once (thread `t` takes
-/// `t`, `t + threads`, …), after a `sync()` like ``measure(_:finish:_:check:synced:)``. Each
+/// `t`, `t + threads`, …), once the file system holding `directory` is at rest (``settle(_:)``). Each
 /// call's latency is kept; the total is the wall time from the start until every thread is done
 /// and `finish` has returned. The first error any thread throws is rethrown (the other threads
 /// stop at their next item).
 func measureConcurrently(
-    _ count: Int, threads: Int, finish: () throws -> Void = {}, _ body: @escaping @Sendable (Int) throws -> Void
+    _ count: Int, threads: Int, settling directory: String, finish: () throws -> Void = {},
+    _ body: @escaping @Sendable (Int) throws -> Void
 ) throws -> Measurement {
-    sync()
+    settle(directory)
     ResidentMemory.resetPeak()
     let failure = Locked<(any Error)?>(nil)
     let latencies = Locked([[UInt64]](repeating: [], count: threads))
