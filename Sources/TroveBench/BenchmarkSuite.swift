@@ -74,6 +74,11 @@ public struct BenchmarkResult: Codable, Sendable {
     /// before the timed loop), when measured. Rows from child processes (the first-read
     /// workload) give that process's peak, which is the engine's alone.
     public var peakResidentMiB: Double?
+    /// Untimed: how long the first synced write of the file system's settling before the loop
+    /// took, in milliseconds — the work earlier workloads had left, which the loop no longer
+    /// pays (Docs/Benchmarks.md, "a settled file system before every row"). Nil when the loop
+    /// was not settled or the probe could not be written.
+    public var settleMilliseconds: Double?
 }
 
 /// A target of DESIGN.md § Targets checked against this run.
@@ -545,6 +550,7 @@ public final class BenchmarkSuite {
             opsPerSecond: Double(m.latencies.count) / max(m.seconds, 1e-9), p50Microseconds: m.percentile(50),
             p99Microseconds: m.percentile(99), metric: metric, metricName: metricName)
         result.peakResidentMiB = m.peakResidentBytes.map { Double($0) / 1_048_576 }
+        result.settleMilliseconds = m.settleWait.map { Double(nanoseconds($0)) / 1e6 }
         results.append(result)
     }
 

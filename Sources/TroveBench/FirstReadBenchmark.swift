@@ -69,9 +69,10 @@ public enum FirstReadBenchmark {
             try store.close()
         }
         for engine in engines {
-            // Each child starts with nothing left to write back (the catalogs, the previous
-            // child's puts), which would otherwise load the later children's cores.
-            sync()
+            // Each child starts on a settled file system: nothing left to write back (the
+            // catalogs, the previous child's puts), which would otherwise load the later
+            // children's cores, and no journal work for its first sync (Trove's child syncs).
+            let settleWait = settle(directory)
             progress("first reads: a fresh process reads \(engine)")
             let report = try runChild(
                 executable, ["bench-worker", engine, directory + "/" + engine, String(items), String(operations)])
@@ -92,6 +93,7 @@ public enum FirstReadBenchmark {
                     opsPerSecond: Double(m.latencies.count) / max(m.seconds, 1e-9), p50Microseconds: m.percentile(50),
                     p99Microseconds: m.percentile(99), metric: peak, metricName: "child's peak RSS MiB")
                 row.peakResidentMiB = peak
+                row.settleMilliseconds = settleWait.map { Double(nanoseconds($0)) / 1e6 }
                 rows.append(row)
             }
         }

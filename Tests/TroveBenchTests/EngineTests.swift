@@ -138,17 +138,24 @@ import TroveTestSupport
         #expect(a == pool.value(id: 1, size: 5000))
     }
 
-    /// Settling a directory's file system before a timed loop leaves the directory as it was
-    /// (its synced probe file removed), and a directory that cannot take the file changes nothing.
-    @Test func settlingLeavesTheDirectoryAsItWas() async throws {
+    /// Settling a directory's file system before a timed loop writes and syncs its probe file
+    /// (it reports the first sync's time), then leaves the directory as it was — a probe file an
+    /// earlier, killed run left behind included; where the probe cannot be written it says so.
+    @Test func settlingSyncsAProbeAndLeavesTheDirectoryAsItWas() async throws {
         try await withTemporaryDirectory { dir in
             try Data("kept".utf8).write(to: URL(fileURLWithPath: dir + "/kept"))
-            settle(dir)
+            try Data("left by a killed run".utf8).write(to: URL(fileURLWithPath: dir + "/" + settleFileName))
+            let wait = settle(dir)
+            #expect(wait != nil && wait! > .zero)
             #expect(try FileManager.default.contentsOfDirectory(atPath: dir) == ["kept"])
-            settle(dir + "/missing")
-            #expect(!FileManager.default.fileExists(atPath: dir + "/missing"))
+            // Not a directory, then a directory the probe cannot be created in.
+            #expect(settle(dir + "/kept") == nil)
+            #expect(settle(dir + "/missing") == nil)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: dir) == ["kept"])
             let m = try measure(3, settling: dir) { $0 }
-            #expect(m.latencies.count == 3)
+            #expect(m.latencies.count == 3 && m.settleWait != nil)
+            #expect(try measure(3, settling: nil) { $0 }.settleWait == nil)
+            #expect(try measureConcurrently(4, threads: 2, settling: dir) { _ in }.settleWait != nil)
             #expect(try FileManager.default.contentsOfDirectory(atPath: dir) == ["kept"])
         }
     }
@@ -179,6 +186,12 @@ import TroveTestSupport
                 #expect(report.results.contains { $0.workload == workload && $0.engine == "Floor+XXH3" }, "\(workload)")
             }
             #expect(report.results.allSatisfy { $0.operations > 0 && $0.opsPerSecond > 0 })
+            // Every put and get row started on a settled file system, which kept no probe file.
+            for row in report.results where row.workload.hasPrefix("put ") || row.workload.hasPrefix("warm get ") {
+                #expect(row.settleMilliseconds != nil, "\(row.workload) \(row.engine)")
+            }
+            #expect(report.results.first { $0.workload == "get, during compaction" }?.settleMilliseconds == nil)
+            #expect(!FileManager.default.fileExists(atPath: dir + "/" + settleFileName))
             #expect(report.targets.count >= 9)
             let table = report.table()
             #expect(table.contains("Targets (DESIGN.md)"))

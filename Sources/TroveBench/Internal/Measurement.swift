@@ -13,6 +13,9 @@ struct Measurement {
     var cpuSeconds: Double?
     /// The process's peak resident memory over the run, when measured.
     var peakResidentBytes: Int?
+    /// What settling the file system before the loop waited for in its first synced write
+    /// (``settle(_:)``), when the loop was settled and the probe could be written.
+    var settleWait: Duration?
 
     /// Adds one operation's latency to the latencies and the total.
     mutating func add(_ elapsed: Duration) {
@@ -37,24 +40,51 @@ struct Measurement {
 /// next does not pay for what earlier workloads left behind, and the order of the workloads
 /// does not decide the numbers:
 /// - `sync()` writes back the page cache's dirty pages;
-/// - a small file written, synced and removed there makes the file system's journal finish the
-///   work those workloads left pending. Without it the first `fdatasync` after the engines'
-///   populations (one of them 100 000 files) waited 100–300 ms on this machine, right after a
-///   `sync()` — a stall that fell on whichever engine syncs first in a row (Trove `batched`,
-///   the first of the `put 4KiB` row), and alone halved that row (Docs/Benchmarks.md).
-func settle(_ directory: String) {
+/// - a small file written and `fdatasync`ed there, twice, then removed (and the directory
+///   synced, so the removal is not left to the next engine's first sync), takes on whatever
+///   the file system still had to do before a sync could return. On this machine the first
+///   such `fdatasync` after the engines' populations waited 296.7 ms right after a `sync()` (the
+///   cause not identified: the journal's commit or checkpoint, or the virtual disk's flush);
+///   otherwise that wait fell on the first engine of the row that syncs, Trove `batched`
+///   (Docs/Benchmarks.md, "a settled file system before every row").
+///
+/// - Parameter directory: a directory on the engines' file system.
+/// - Returns: how long the first `fdatasync` took — the work it absorbed — or nil when the
+///   probe file could not be written and synced there (the loop then starts after `sync()` only).
+@discardableResult
+func settle(_ directory: String) -> Duration? {
     sync()
-    let path = directory + "/.settle-\(getpid())"
-    for _ in 0..<2 {
-        let descriptor = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { return }
-        let block = [UInt8](repeating: 0, count: 4_096)
-        _ = block.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
-        _ = fdatasync(descriptor)
-        close(descriptor)
+    let path = directory + "/" + settleFileName
+    defer {
+        _ = SystemCall.unlink(path)
+        if let folder = try? SystemCall.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) {
+            try? SystemCall.fsync(folder, path: directory)
+            SystemCall.close(folder)
+        }
     }
-    unlink(path)
+    let block = [UInt8](repeating: 0, count: 4_096)
+    var first: Duration?
+    for _ in 0..<2 {
+        guard let descriptor = try? SystemCall.open(path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0o600) else {
+            return nil
+        }
+        defer { SystemCall.close(descriptor) }
+        let clock = ContinuousClock()
+        let start = clock.now
+        do {
+            try block.withUnsafeBytes { try SystemCall.pwriteAll(descriptor, $0, at: 0, path: path) }
+            try SystemCall.fdatasync(descriptor, path: path)
+        } catch {
+            return nil
+        }
+        if first == nil { first = clock.now - start }
+    }
+    return first
 }
+
+/// The probe file ``settle(_:)`` writes and removes (a run killed meanwhile leaves it; the next
+/// run's settle removes it).
+let settleFileName = ".trove-bench-settle"
 
 /// Times `count` calls of `body`, each on its own, then passes each result to `check` outside
 /// the timed region and drops it at once (a caller of a cache uses the bytes and lets them go;
@@ -63,16 +93,16 @@ func settle(_ directory: String) {
 /// The total is the sum of the timed calls plus `finish` (so work an engine defers, such as a
 /// group commit, is paid for inside the measurement); checks are not counted.
 ///
-/// - Parameter directory: where the engines keep their files: the loop starts once that file
-///   system is at rest (``settle(_:)``); nil starts it as things are (a loop that is one slice of
-///   a longer measurement).
+/// - Parameter directory: a directory on the engines' file system: the loop starts once that
+///   file system is at rest (``settle(_:)``); nil starts it as things are (a loop that is one
+///   slice of a longer measurement).
 func measure<T>(
     _ count: Int, settling directory: String?, finish: () throws -> Void = {}, _ body: (Int) throws -> T,
     check: (Int, T) throws -> Void = { _, _ in }
 ) throws -> Measurement {
     var m = Measurement()
     m.latencies.reserveCapacity(count)
-    if let directory { settle(directory) }
+    if let directory { m.settleWait = settle(directory) }
     ResidentMemory.resetPeak()
     let clock = ContinuousClock()
     for i in 0..<count {
@@ -97,7 +127,7 @@ func measureConcurrently(
     _ count: Int, threads: Int, settling directory: String, finish: () throws -> Void = {},
     _ body: @escaping @Sendable (Int) throws -> Void
 ) throws -> Measurement {
-    settle(directory)
+    let settleWait = settle(directory)
     ResidentMemory.resetPeak()
     let failure = Locked<(any Error)?>(nil)
     let latencies = Locked([[UInt64]](repeating: [], count: threads))
@@ -134,6 +164,7 @@ func measureConcurrently(
     m.total = clock.now - start
     m.latencies = latencies.withLock { $0.flatMap { $0 } }
     m.peakResidentBytes = ResidentMemory.peakBytes()
+    m.settleWait = settleWait
     return m
 }
 
