@@ -108,8 +108,9 @@ extension Store {
                 _ = try? withAppender { (appender) throws(StoreError) in _ = try appendTombstone(for: link.key, to: appender) }
             }
         }
-        // Every slot of a committed write is answered by the index now; keep only the slots of
-        // writes still queued when the map is over its limit, and drop committed removals.
+        // Every slot of a committed write is answered by the index now: drop committed removals,
+        // and when the map is over its limit, let go of slots other than queued writes' until it
+        // is a sixteenth under it.
         let limit = configuration.locationCacheLimit
         let dropped = appender.withLock { appender in
             appender.release(snapshot)
@@ -190,8 +191,9 @@ extension Store {
         }
     }
 
-    /// Empties the location map but for the slots of queued writes when it holds more than
-    /// ``Configuration/locationCacheLimit`` keys, in a cycle that had nothing to commit (held:
+    /// Brings the location map a sixteenth under ``Configuration/locationCacheLimit`` keys
+    /// (never dropping a queued write's slot) when it holds more, in a cycle that had nothing to
+    /// commit (held:
     /// the committer lock, so no snapshot is in flight and every write not yet committed is in
     /// the queue).
     private func holdLocationMapToLimit() {

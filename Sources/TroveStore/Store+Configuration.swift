@@ -24,12 +24,14 @@ extension Store {
         /// order suffers).
         public var accessTimeFlushInterval: Duration = .seconds(5)
 
-        /// How many entries the in-memory key → location map may hold before it is emptied
-        /// (the index answers misses). Default: 100 000. A slot costs a few hundred bytes of heap
-        /// (its key and row, URL text included); `trove bench` measures ~0.85 KB of resident
-        /// growth per entry read once, mapped index pages and read-time bookkeeping included
-        /// (Docs/Architecture.md, "Memory"). An emptied table of 4 096 slots or more is freed on
-        /// a thread of the store's own, not by the commit cycle.
+        /// How many entries the in-memory key → location map may hold (the index answers
+        /// misses). Default: 100 000. Past it, the next commit cycle lets go of slots — any but
+        /// those of writes not yet committed — until the map is a sixteenth under the limit.
+        /// A slot costs a few hundred bytes of heap (its key and row, URL text included);
+        /// `trove bench` measures ~0.85 KB of resident growth per entry read once, mapped index
+        /// pages and read-time bookkeeping included (Docs/Architecture.md, "Memory"). When 4 096
+        /// slots or more go at once, they are freed on a thread of the store's own, not by the
+        /// commit cycle.
         public var locationCacheLimit: Int = 100_000
 
         /// Read-only index connections kept for concurrent gets. Default: 4.

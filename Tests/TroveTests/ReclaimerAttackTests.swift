@@ -85,10 +85,11 @@ import TroveTestSupport
         }
     }
 
-    /// The waiting keys' slots survive a drop (present and removed), and what is dropped is
-    /// exactly the rest.
-    @Test(arguments: [0, 1, 4_095, 4_096, 4_097])
-    func aDropKeepsExactlyTheWaitingSlots(limit: Int) async throws {
+    /// The waiting keys' slots survive a drop (present and removed, unchanged); every committed
+    /// removal goes; other slots go until the map is at its eviction target (or holds only
+    /// waiting slots); and what is dropped is exactly what left the map.
+    @Test(arguments: [0, 1, 4_095, 4_096, 4_097, 7_000, 8_194])
+    func aDropKeepsTheWaitingSlotsAndEvictsToTheTarget(limit: Int) async throws {
         try await withTemporaryDirectory { dir in
             let entry = try Self.someEntry(dir)
             var map = LocationMap(observer: nil)
@@ -107,10 +108,21 @@ import TroveTestSupport
                                 if case .removed? = before[k] { return true } else { return false }
                             }) : waiting
                 })
+            let kept = map.table
+            let waitingSlots = Set(waiting.filter { before[$0] != nil })
+            let committedRemovals = before.filter { k, slot in
+                if case .removed = slot { return !waiting.contains(k) } else { return false }
+            }
             if n > limit {
-                #expect(dropped.count == n, "the old table moves out whole")
-                let kept = map.table
-                #expect(Set(kept.keys) == Set(waiting.filter { before[$0] != nil }))
+                #expect(dropped.count + kept.count == n, "every slot is either kept or handed back")
+                #expect(waitingSlots.isSubset(of: Set(kept.keys)), "no waiting slot is dropped")
+                // Committed removals go first; then others, down to the target.
+                #expect(
+                    kept.count
+                        == min(n - committedRemovals.count, max(LocationMap.evictionTarget(limit: limit), waitingSlots.count)))
+                for (k, slot) in kept {
+                    if case .removed = slot { #expect(waiting.contains(k), "a committed removal of \(k) kept") }
+                }
                 for (k, slot) in kept {
                     switch (slot, before[k]) {
                     case (.present(let a), .present(let b)?): #expect(a == b)
@@ -124,6 +136,10 @@ import TroveTestSupport
                             kept.filter {
                                 if case .removed = $0.value { return true } else { return false }
                             }.keys))
+            } else {
+                // Under the limit only committed removals go, freed in place.
+                #expect(dropped.count == 0)
+                #expect(kept.count == n - committedRemovals.count)
             }
         }
     }
@@ -370,7 +386,7 @@ import TroveTestSupport
             }
             let waiting = Set((0..<6_000).filter { $0 % 2 == 0 }.map { key($0) })
             let dropped = map.committed(limit: 10, waiting: { _ in waiting })
-            #expect(dropped.count == 6_000)
+            #expect(dropped.count == 6_000 - waiting.count, "every slot but the waiting ones")
             let pending = map.pending
             #expect(pending.count == waiting.count + 2, "waiting slots, and pinned 1 and 9 999 999")
             if case .removed? = pending[key(1)] {} else { Issue.record("pinned removal 1 lost") }

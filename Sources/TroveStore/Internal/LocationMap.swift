@@ -174,41 +174,65 @@ struct LocationMap {
     }
 
     /// Slots the map let go of when it went over its limit, handed back by
-    /// ``committed(limit:waiting:)`` so that the caller frees them after its locks: freeing a
-    /// hundred thousand keys and rows takes tens of milliseconds, which no lock that puts wait
-    /// for may hold (``Store``'s `Reclaimer`).
+    /// ``committed(limit:waiting:)`` so that the caller frees them after its locks: freeing
+    /// thousands of keys and rows takes milliseconds, which no lock that puts wait for may hold
+    /// (``Store``'s `Reclaimer`).
     struct Dropped: Sendable {
-        fileprivate var slots: [CacheKey: Held] = [:]
+        fileprivate var slots: [Held] = []
         /// How many slots there are to free.
         var count: Int { slots.count }
     }
 
-    /// After a commit: the index answers for every committed write. Keeps only the slots of
-    /// writes still waiting in the queue when the map holds more than `limit` keys (and returns
-    /// the others, for the caller to free after its locks); otherwise drops the committed
-    /// removals (entries stay cached). `waiting(removalsOnly)` gives the keys with a queued
-    /// write (with `removalsOnly`, a queued tombstone): asked only when there is something to
-    /// drop.
+    /// The number of slots a map over `limit` is brought down to: a sixteenth below it, so that
+    /// the slots let go of at a time are few (what came in since, plus a sixteenth of the limit)
+    /// and what a commit frees stays proportional to what was written and read. Emptying the
+    /// whole map at the limit instead freed 100 000 slots at once — ~40 ms of a core, which a
+    /// burst of puts on two cores lost a third of its speed to (Docs/Benchmarks.md, "the
+    /// location map evicts a sixteenth").
+    static func evictionTarget(limit: Int) -> Int {
+        limit - limit / 16
+    }
+
+    /// After a commit: the index answers for every committed write. Drops the slots of committed
+    /// removals; and when the map holds more than `limit` keys, also lets go of slots of
+    /// committed writes and of reads — never of writes still waiting in the queue — until it
+    /// holds ``evictionTarget(limit:)`` (or only waiting slots), handing back those it let go of
+    /// for the caller to free after its locks. Which slots go is the table's hash order: as good
+    /// as random for a cache in front of the index. `waiting(removalsOnly)` gives the keys with a
+    /// queued write (with `removalsOnly`, a queued tombstone): asked only when there is
+    /// something to drop.
     ///
     /// - Complexity: nothing when the map is under `limit` and holds no removal; else
-    ///   O(removals in the map + queue) — also when the map is over `limit`: it then keeps the
-    ///   waiting keys alone and hands the rest back whole, unfreed.
+    ///   O(removals in the map + queue), plus, over `limit`, O(slots let go of) and the table
+    ///   walk that finds them.
     mutating func committed(limit: Int, waiting: (_ removalsOnly: Bool) -> Set<CacheKey>) -> Dropped {
         var dropped = Dropped()
-        if slots.count > limit {
-            let waiting = waiting(false)
-            var kept: [CacheKey: Held] = [:]
-            for key in waiting { if let held = slots[key] { kept[key] = held } }
-            // The old table moves out whole (no copy, no free here).
-            swap(&kept, &slots)
-            dropped.slots = kept
-            removedKeys = removedKeys.filter { waiting.contains($0) && slots[$0] != nil }
-        } else if !removedKeys.isEmpty {
-            // A removed slot's last write is a tombstone: it waits while a tombstone of its key
-            // is queued (a queued link after it would have made the slot present).
-            let waiting = waiting(true)
-            for key in removedKeys where !waiting.contains(key) { slots[key] = nil }
-            removedKeys = removedKeys.filter { waiting.contains($0) }
+        let over = slots.count > limit
+        guard over || !removedKeys.isEmpty else { return dropped }
+        // Over the limit the full set is needed anyway; it holds every key a queued tombstone
+        // names too (a removed slot's last write is a tombstone, so a key of it with a queued
+        // link also has its tombstone queued).
+        let waiting = waiting(!over)
+        // A removed slot's last write is a tombstone: it waits while a tombstone of its key is
+        // queued (a queued link after it would have made the slot present).
+        for key in removedKeys where !waiting.contains(key) {
+            if let held = slots.removeValue(forKey: key), over { dropped.slots.append(held) }
+        }
+        removedKeys = removedKeys.filter { waiting.contains($0) }
+        if over {
+            let target = Self.evictionTarget(limit: limit)
+            if slots.count > target {
+                var victims: [CacheKey] = []
+                victims.reserveCapacity(slots.count - target)
+                for key in slots.keys where !waiting.contains(key) {
+                    victims.append(key)
+                    if slots.count - victims.count <= target { break }
+                }
+                dropped.slots.reserveCapacity(dropped.slots.count + victims.count)
+                for key in victims {
+                    if let held = slots.removeValue(forKey: key) { dropped.slots.append(held) }
+                }
+            }
         }
         // No bump: a dropped slot's write is in the index now, and a fill that began before
         // the write already saw the generation move.
