@@ -174,13 +174,19 @@ struct LocationMap {
     }
 
     /// Slots the map let go of when it went over its limit, handed back by
-    /// ``committed(limit:waiting:)`` so that the caller frees them after its locks: freeing
-    /// thousands of keys and rows takes milliseconds, which no lock that puts wait for may hold
-    /// (``Store``'s `Reclaimer`).
+    /// ``committed(limit:waiting:)`` so that the caller frees them after its locks — rows, keys
+    /// and, when most of the map went, the old table's buckets: freeing thousands of them takes
+    /// milliseconds, which no lock that puts wait for may hold (``Store``'s `Reclaimer`).
     struct Dropped: Sendable {
+        /// Slots let go of in place, and their keys (whose text goes with them).
         fileprivate var slots: [Held] = []
+        fileprivate var keys: [CacheKey] = []
+        /// The old table, when most of the map went: it still holds the `keptInTable` slots
+        /// that moved to the new one (shared, not freed with it).
+        fileprivate var table: [CacheKey: Held] = [:]
+        fileprivate var keptInTable = 0
         /// How many slots there are to free.
-        var count: Int { slots.count }
+        var count: Int { slots.count + table.count - keptInTable }
     }
 
     /// The number of slots a map over `limit` is brought down to: a sixteenth below it, so that
@@ -204,7 +210,7 @@ struct LocationMap {
     ///
     /// - Complexity: nothing when the map is under `limit` and holds no removal; else
     ///   O(removals in the map + queue), plus, over `limit`, O(slots let go of) and the table
-    ///   walk that finds them.
+    ///   walk that finds them — or, when more go than stay, O(target + queue).
     mutating func committed(limit: Int, waiting: (_ removalsOnly: Bool) -> Set<CacheKey>) -> Dropped {
         var dropped = Dropped()
         let over = slots.count > limit
@@ -221,7 +227,25 @@ struct LocationMap {
         removedKeys = removedKeys.filter { waiting.contains($0) }
         if over {
             let target = Self.evictionTarget(limit: limit)
-            if slots.count > target {
+            if slots.count > target, slots.count - target > target {
+                // Most of the map goes (reads between two cycles filled it far past the limit):
+                // the slots that stay move to a new table and the old one is handed back whole,
+                // so that no table stays sized for a burst. O(target + waiting).
+                var kept: [CacheKey: Held] = [:]
+                kept.reserveCapacity(target)
+                for key in waiting { if let held = slots[key] { kept[key] = held } }
+                if kept.count < target {
+                    for (key, held) in slots where !waiting.contains(key) {
+                        kept[key] = held
+                        if kept.count == target { break }
+                    }
+                }
+                swap(&kept, &slots)
+                dropped.table = kept
+                dropped.keptInTable = slots.count
+            } else if slots.count > target {
+                // Fewer go than stay (a cycle's writes, the usual case): out of the table in
+                // place. O(slots let go of) and the walk that finds them.
                 var victims: [CacheKey] = []
                 victims.reserveCapacity(slots.count - target)
                 for key in slots.keys where !waiting.contains(key) {
@@ -232,6 +256,7 @@ struct LocationMap {
                 for key in victims {
                     if let held = slots.removeValue(forKey: key) { dropped.slots.append(held) }
                 }
+                dropped.keys = victims
             }
         }
         // No bump: a dropped slot's write is in the index now, and a fill that began before
