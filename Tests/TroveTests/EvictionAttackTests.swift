@@ -19,33 +19,8 @@ import TroveTestSupport
 @Suite(.serialized) struct EvictionAttackTests {
     // MARK: Helpers
 
-    static func run(_ bodies: [@Sendable () -> Void]) async {
-        let finished = DispatchGroup()
-        for body in bodies {
-            finished.enter()
-            let thread = Thread {
-                body()
-                finished.leave()
-            }
-            thread.start()
-        }
-        await withCheckedContinuation { continuation in
-            finished.notify(queue: .global()) { continuation.resume() }
-        }
-    }
-
-    /// A small deterministic generator (SplitMix64).
-    struct Rng {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-        mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
-    }
+    /// Runs each body on a thread of its own; returns when all are done.
+    static func run(_ bodies: [@Sendable () -> Void]) async { await ReclaimerAttackTests.run(bodies) }
 
     static func bytes(_ tag: Int) -> Data {
         var data = Data("v\(tag)-".utf8)
@@ -87,7 +62,7 @@ import TroveTestSupport
         try await withTemporaryDirectory { dir in
             var model: [Int: (data: Data, etag: String?)] = [:]
             let keys = 0..<24
-            var rng = Rng(state: UInt64(limit) &+ 77)
+            var rng = SeededGenerator(seed: UInt64(limit) &+ 77)
             do {
                 let store = try openStore(dir) {
                     $0.locationCacheLimit = limit
@@ -319,7 +294,7 @@ import TroveTestSupport
             }
             for r in 0..<2 {
                 bodies.append {
-                    var rng = Rng(state: UInt64(r + 1))
+                    var rng = SeededGenerator(seed: UInt64(r + 1))
                     while !stop.withLock({ $0 }) {
                         let k = rng.below(keyCount)
                         let lo = completed.withLock { $0[k] }
@@ -346,7 +321,7 @@ import TroveTestSupport
                 }
             }
             bodies.append {
-                var rng = Rng(state: 99)
+                var rng = SeededGenerator(seed: 99)
                 while !stop.withLock({ $0 }) {
                     let i = fillers.lowerBound + rng.below(fillers.count)
                     do {
@@ -499,3 +474,8 @@ import TroveTestSupport
 
 protocol HasCapacity { var capacity: Int { get } }
 extension Dictionary: HasCapacity {}
+
+extension SeededGenerator {
+    /// A number in `0..<n` (modulo: a slight bias is harmless here).
+    fileprivate mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
+}
