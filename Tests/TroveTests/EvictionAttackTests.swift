@@ -11,7 +11,7 @@ import TroveTestSupport
 
 @_spi(Testing) @testable import TroveStore
 
-/// An outside attack on partial eviction from the location map (commit be11b74): over its
+/// An outside attack on partial eviction from the location map (commit adef54f): over its
 /// limit, a commit cycle drops committed removals, then other slots in hash order — never a
 /// queued write's — down to `LocationMap.evictionTarget(limit:)`. No get may see a stale,
 /// removed or lost value; the map must be held to its bounds; every acknowledged write must
