@@ -22,10 +22,15 @@ public struct CacheKey: Hashable, Sendable, Comparable, CustomStringConvertible 
     /// It is XXH3-128 over the UTF-8 of the URL, one 0x00 byte, and the UTF-8 of the variant.
     /// Different keys can collide on purpose; the index stores the key itself and compares it.
     public var digest: ContentHash {
-        var bytes = Array(url.utf8)
-        bytes.append(0)
-        bytes.append(contentsOf: variant.utf8)
-        return ContentHash(hashing: bytes)
+        // Joined in a temporary buffer (on the stack for the usual short key), not an array.
+        let urlCount = url.utf8.count
+        let count = urlCount + 1 + variant.utf8.count
+        return withUnsafeTemporaryAllocation(byteCount: count, alignment: 1) { buffer in
+            UnsafeMutableRawBufferPointer(rebasing: buffer[..<urlCount]).copyBytes(from: url.utf8)
+            buffer[urlCount] = 0
+            UnsafeMutableRawBufferPointer(rebasing: buffer[(urlCount + 1)...]).copyBytes(from: variant.utf8)
+            return XXH3.hash128(UnsafeRawBufferPointer(buffer))
+        }
     }
 
     /// The 64-bit XXH3 hash of the URL alone, which indexes all variants of a URL.
@@ -35,8 +40,8 @@ public struct CacheKey: Hashable, Sendable, Comparable, CustomStringConvertible 
 
     /// The 64-bit XXH3 hash of `url`, as stored by the index (a signed SQLite integer).
     public static func urlDigest(_ url: String) -> Int64 {
-        let h = Array(url.utf8).withUnsafeBytes { XXH3.hash64($0) }
-        return Int64(bitPattern: h)
+        var url = url
+        return Int64(bitPattern: url.withUTF8 { XXH3.hash64(UnsafeRawBufferPointer($0)) })
     }
 
     /// The URL, then the variant in brackets when there is one.

@@ -128,7 +128,7 @@ public enum RecordCodec {
 
     /// The body of a link record in `version`.
     public static func linkBody(_ link: LinkRecord, version: UInt8 = PackFormat.currentVersion) -> [UInt8] {
-        var w = ByteWriter(capacity: PackFormat.Version1.linkFixedSize + 16 + link.url.utf8.count + link.variant.utf8.count)
+        var w = ByteWriter(capacity: linkBodyLength(link, version: version))
         var flags: UInt32 = 0
         if link.expiresAt != nil { flags |= 1 }
         if link.etag != nil { flags |= 2 }
@@ -137,7 +137,7 @@ public enum RecordCodec {
         // without one is byte for byte what builds before the field wrote.
         if link.cachePolicy != nil && version >= 2 { flags |= 8 }
         if version == 1 {
-            w.append(contentsOf: link.blobHash.bytes)
+            w.append(link.blobHash)
             w.append(link.blobLength)
             w.append(flags)
             w.append(UInt32(0))
@@ -145,7 +145,7 @@ public enum RecordCodec {
             w.append(link.sequence)
         } else {
             w.append(link.blobID)
-            w.append(contentsOf: link.blobHash.bytes)
+            w.append(link.blobHash)
             w.append(link.blobLength)
             w.append(flags)
             w.append(link.sequence)
@@ -158,6 +158,18 @@ public enum RecordCodec {
         w.appendString(link.lastModified ?? "")
         if flags & 8 != 0 { w.appendString(link.cachePolicy ?? "") }
         return w.bytes
+    }
+
+    /// The length of ``linkBody(_:version:)`` for `link`, computed without encoding it (a put
+    /// needs the length before the sequence numbers that go into the body are known).
+    public static func linkBodyLength(_ link: LinkRecord, version: UInt8 = PackFormat.currentVersion) -> Int {
+        let fixed = version == 1 ? PackFormat.Version1.linkFixedSize : PackFormat.Version2.linkFixedSize
+        // Four length-prefixed strings (ETag and Last-Modified empty when absent), and the
+        // cache policy's only when there is one (version 2 on).
+        var length = fixed + 4 * 4 + link.url.utf8.count + link.variant.utf8.count
+        length += (link.etag?.utf8.count ?? 0) + (link.lastModified?.utf8.count ?? 0)
+        if let policy = link.cachePolicy, version >= 2 { length += 4 + policy.utf8.count }
+        return length
     }
 
     /// The body of a tombstone record (the same in both versions).
@@ -237,7 +249,7 @@ public enum RecordCodec {
         w.append(UInt16(0))
         w.append(UInt32(bodyLength))
         w.append(identity.sequence)
-        w.append(contentsOf: identity.digest.bytes)
+        w.append(identity.digest)
         w.append(bodyChecksum)
         let checksum = w.bytes.withUnsafeBytes { XXH3.hash64($0, seed: format.positionSeed(segment: segment, offset: offset)) }
         w.append(checksum)

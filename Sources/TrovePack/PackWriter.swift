@@ -82,7 +82,7 @@ public final class PackWriter {
 
     /// The length of the link record for `link`.
     public static func linkRecordLength(_ link: LinkRecord) -> UInt64 {
-        UInt64(PackFormat.recordHeaderSize + RecordCodec.linkBody(link).count)
+        UInt64(PackFormat.recordHeaderSize + RecordCodec.linkBodyLength(link))
     }
 
     /// The length of the tombstone record for `tombstone`.

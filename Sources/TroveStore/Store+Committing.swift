@@ -112,11 +112,14 @@ extension Store {
         // and when the map is over its limit, let go of slots other than queued writes' until it
         // is a sixteenth under it.
         let limit = configuration.locationCacheLimit
-        let dropped = appender.withLock { appender in
-            appender.release(snapshot)
-            return shared.withLock { $0.map.committed(limit: limit, waiting: appender.waitingKeys(removalsOnly:)) }
+        let (released, dropped) = appender.withLock { appender in
+            let released = appender.release(snapshot)
+            return (released, shared.withLock { $0.map.committed(limit: limit, waiting: appender.waitingKeys(removalsOnly:)) })
         }
         reclaimer.release(dropped)
+        // The released records are freed here, after the appender lock (with the snapshot's
+        // reference, the last ones).
+        withExtendedLifetime(released) {}
         return bound
     }
 

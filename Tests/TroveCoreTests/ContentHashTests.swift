@@ -44,6 +44,24 @@ import TroveTestSupport
         #expect(CacheKey(url: "a", variant: "v").urlDigest == CacheKey(url: "a").urlDigest)
     }
 
+    /// The digest is XXH3-128 of the URL, a 0x00 byte and the variant (joined without an array
+    /// now): the same value as hashing the joined bytes, for short, long and non-ASCII keys.
+    @Test func digestIsTheHashOfTheJoinedBytes() {
+        let texts = ["", "a", "https://example.com/a.jpg?x=1", "é/日本語", "\u{1F600}", String(repeating: "long/", count: 4_000)]
+        for url in texts {
+            for variant in texts {
+                let key = CacheKey(url: url, variant: variant)
+                let joined = Array(url.utf8) + [0] + Array(variant.utf8)
+                #expect(key.digest == ContentHash(hashing: joined), "\(url.prefix(20)) [\(variant.prefix(20))]")
+                #expect(key.urlDigest == Int64(bitPattern: Array(url.utf8).withUnsafeBytes { XXH3.hash64($0) }))
+            }
+        }
+        // A string made from a slice of another is hashed by its own bytes.
+        let long = "https://example.com/" + String(repeating: "p", count: 100)
+        let sliced = String(long.dropFirst(8))
+        #expect(CacheKey(url: sliced).digest == ContentHash(hashing: Array(sliced.utf8) + [0]))
+    }
+
     @Test func description() {
         #expect(CacheKey(url: "https://x/y").description == "https://x/y")
         #expect(CacheKey(url: "https://x/y", variant: "w256").description == "https://x/y [w256]")

@@ -56,6 +56,56 @@ import TroveTestSupport
         #expect(v1.withUnsafeBytes { RecordCodec.link($0, version: 1) } == nil)
     }
 
+    /// `linkBodyLength` is what a put asks before it knows the sequence numbers, instead of
+    /// encoding the body twice: it must equal the encoded length for every link.
+    @Test(arguments: [UInt8(1), 2])
+    func linkBodyLengthIsTheEncodedLength(version: UInt8) {
+        var generator = SeededGenerator(seed: 11)
+        let texts = ["", "a", "https://example.com/a.jpg", "é", "日本語/画像", String(repeating: "x", count: 5_000), "\u{1F600}"]
+        for _ in 0..<500 {
+            let link = LinkRecord(
+                url: texts.randomElement(using: &generator)!, variant: texts.randomElement(using: &generator)!,
+                blobHash: ContentHash(high: generator.next(), low: generator.next()), blobLength: generator.next(),
+                blobID: generator.next(), sequence: generator.next(), createdAt: Int64(bitPattern: generator.next()),
+                expiresAt: Bool.random(using: &generator) ? Int64(bitPattern: generator.next()) : nil,
+                etag: Bool.random(using: &generator) ? texts.randomElement(using: &generator)! : nil,
+                lastModified: Bool.random(using: &generator) ? texts.randomElement(using: &generator)! : nil,
+                cachePolicy: Bool.random(using: &generator) ? texts.randomElement(using: &generator)! : nil)
+            #expect(RecordCodec.linkBodyLength(link, version: version) == RecordCodec.linkBody(link, version: version).count)
+        }
+    }
+
+    /// The version-2 link body, byte for byte, against an encoding written out here field by
+    /// field (Docs/PackFormat.md): the writer's faster field appends must not change a byte.
+    @Test func linkBodyBytesAreTheDocumentedLayout() {
+        var link = Self.link
+        link.cachePolicy = "v1;f=1"
+        link.blobHash = ContentHash(high: 0x0102_0304_0506_0708, low: 0x090A_0B0C_0D0E_0F10)
+        var expected: [UInt8] = []
+        func le(_ v: UInt64, _ width: Int) {
+            for i in 0..<width { expected.append(UInt8(truncatingIfNeeded: v >> (8 * UInt64(i)))) }
+        }
+        func string(_ s: String) {
+            le(UInt64(s.utf8.count), 4)
+            expected += Array(s.utf8)
+        }
+        le(link.blobID, 8)
+        expected += Array(1...16)  // the hash, big-endian
+        le(link.blobLength, 8)
+        le(15, 4)  // expiry, ETag, Last-Modified and cache policy present
+        le(link.sequence, 8)
+        le(UInt64(bitPattern: link.createdAt), 8)
+        le(UInt64(bitPattern: link.expiresAt!), 8)
+        for s in [link.url, link.variant, link.etag!, link.lastModified!, link.cachePolicy!] { string(s) }
+        #expect(RecordCodec.linkBody(link) == expected)
+        // And the header's identity field holds the digest big-endian too.
+        let header = RecordCodec.header(
+            identity: RecordIdentity(type: .link, sequence: 7, digest: link.blobHash), bodyLength: expected.count,
+            bodyChecksum: 0, format: Self.format, segment: 1, offset: 48)
+        #expect(Array(header[20..<36]) == Array(1...16))
+        #expect(Array(header[8..<12]) == [UInt8(truncatingIfNeeded: expected.count), UInt8(expected.count >> 8), 0, 0])
+    }
+
     @Test func tombstoneRoundTrip() {
         let tombstone = TombstoneRecord(url: "u", variant: "", sequence: 7, removedAt: 123)
         #expect(RecordCodec.tombstoneBody(tombstone).withUnsafeBytes { RecordCodec.tombstone($0) } == tombstone)

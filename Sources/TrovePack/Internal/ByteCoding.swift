@@ -1,3 +1,5 @@
+import TroveCore
+
 // Little-endian encoding and decoding of the fixed-width fields of the pack format.
 
 struct ByteWriter {
@@ -15,15 +17,20 @@ struct ByteWriter {
     mutating func append(_ v: Int64) { appendLE(UInt64(bitPattern: v), width: 8) }
     mutating func append(contentsOf b: [UInt8]) { bytes.append(contentsOf: b) }
 
-    /// A UInt32 length, then the UTF-8 bytes.
+    /// The hash's 16 bytes, big-endian (``ContentHash/bytes``), without making that array.
+    mutating func append(_ hash: ContentHash) {
+        withUnsafeBytes(of: hash.high.bigEndian) { bytes.append(contentsOf: $0) }
+        withUnsafeBytes(of: hash.low.bigEndian) { bytes.append(contentsOf: $0) }
+    }
+
+    /// A UInt32 length, then the UTF-8 bytes (copied from the string's own storage).
     mutating func appendString(_ s: String) {
-        let utf8 = Array(s.utf8)
-        append(UInt32(utf8.count))
-        bytes.append(contentsOf: utf8)
+        append(UInt32(s.utf8.count))
+        bytes.append(contentsOf: s.utf8)
     }
 
     private mutating func appendLE(_ v: UInt64, width: Int) {
-        for i in 0..<width { bytes.append(UInt8(truncatingIfNeeded: v >> (8 * UInt64(i)))) }
+        withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: $0[0..<width])) }
     }
 }
 

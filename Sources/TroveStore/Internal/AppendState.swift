@@ -34,7 +34,7 @@ final class AppendState: @unchecked Sendable {
     /// The sequence number of the next link or tombstone.
     var nextSequence: UInt64
     /// Appended, not yet committed.
-    var queue: [PendingWrite] = []
+    private(set) var queue = WriteQueue()
     /// Every write with a lower sequence number has left `queue` (committed and released).
     private(set) var releasedSequence: UInt64
     /// Blobs in `queue`, by hash and length, for deduplication before they reach the index.
@@ -129,23 +129,26 @@ struct CommitSnapshot {
 extension AppendState {
     func snapshot() -> CommitSnapshot {
         CommitSnapshot(
-            writes: queue, rotated: rotated, created: created, active: pack.segment, end: pack.end, sequence: nextSequence,
+            writes: queue.seal(), rotated: rotated, created: created, active: pack.segment, end: pack.end, sequence: nextSequence,
             refusal: unsyncedTails)
     }
 
-    /// Forgets what `snapshot` committed.
-    func release(_ snapshot: CommitSnapshot) {
-        for write in queue.prefix(snapshot.writes.count) {
-            if case .blob(let hash, _, let length) = write.record.content {
-                let key = PendingBlobKey(hash: hash, length: length)
-                pendingBlobs[key]?.removeAll { $0.segment == write.segment && $0.offset == write.record.offset }
-                if pendingBlobs[key]?.isEmpty == true { pendingBlobs[key] = nil }
-            }
+    /// Forgets what `snapshot` committed. Returns the released batches of the queue, which the
+    /// caller lets go of after the appender lock (their records are freed then, not under it).
+    func release(_ snapshot: CommitSnapshot) -> [[PendingWrite]] {
+        for write in snapshot.writes {
+            guard case .blob(let hash, _, let length) = write.record.content,
+                let at = pendingBlobs.index(forKey: PendingBlobKey(hash: hash, length: length))
+            else { continue }
+            // One hash lookup a blob: the slot is changed in place, removed when it empties.
+            pendingBlobs.values[at].removeAll { $0.segment == write.segment && $0.offset == write.record.offset }
+            if pendingBlobs.values[at].isEmpty { pendingBlobs.remove(at: at) }
         }
-        queue.removeFirst(snapshot.writes.count)
+        let released = queue.removeSealed(snapshot.writes.count)
         rotated.removeFirst(snapshot.rotated.count)
         created.removeFirst(snapshot.created.count)
         releasedSequence = snapshot.sequence
+        return released
     }
 
     /// The write with sequence number `sequence`, just queued: what its writer may wait for.

@@ -93,8 +93,8 @@ struct LocationMap {
 
     /// A put of `key` appended `entry`'s records.
     mutating func stored(_ entry: IndexedEntry, for key: CacheKey) {
-        slots[key] = .present(Box(entry))
-        removedKeys.remove(key)
+        // One lookup: `removedKeys` holds the key only when its slot was `.removed`.
+        if case .removed = slots.updateValue(.present(Box(entry)), forKey: key) { removedKeys.remove(key) }
         changed(key, .stored)
     }
 
