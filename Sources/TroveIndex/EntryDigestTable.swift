@@ -98,6 +98,20 @@ public final class EntryDigestTable: Sendable {
         }
     }
 
+    /// Whether no row may hold any of `digests` (``mayContain(_:)`` of each, one hold of the lock).
+    public func containsNone(of digests: [ContentHash]) -> Bool {
+        let keys = digests.map(key(of:))
+        return state.withLock { state in !keys.contains { state.slots.contains($0) } }
+    }
+
+    func insert(_ rows: [(digest: ContentHash, id: Int64)]) {
+        guard !rows.isEmpty else { return }
+        let keys = rows.map { (key(of: $0.digest), $0.id) }
+        state.withLock { state in
+            for (key, id) in keys { state.slots.insert(key, id: id) }
+        }
+    }
+
     func insert(_ digest: ContentHash, id: Int64) {
         let key = key(of: digest)
         state.withLock { $0.slots.insert(key, id: id) }
@@ -258,13 +272,16 @@ public struct EntryPlace: Hashable, Sendable {
         blobHash: ContentHash, blobLength: UInt64, linkLength: UInt64, createdAt: Int64, expiresAt: Int64?
     ) -> UInt64 {
         var builder = FingerprintBuilder()
-        for field in [url, variant, etag, lastModified, cachePolicy] {
-            guard var field else {
-                builder.absent()
-                continue
-            }
+        // Field by field, not through an array of the five: a commit computes this for every put.
+        func add(_ field: String?) {
+            guard var field else { return builder.absent() }
             field.withUTF8 { builder.text(UnsafeRawBufferPointer($0)) }
         }
+        add(url)
+        add(variant)
+        add(etag)
+        add(lastModified)
+        add(cachePolicy)
         return builder.finish(
             blobID: blobID, blobHash: blobHash, blobLength: Int64(bitPattern: blobLength),
             linkLength: Int64(bitPattern: linkLength), createdAt: createdAt, expiresAt: expiresAt)

@@ -94,6 +94,21 @@ extension IndexDatabase {
         return ids
     }
 
+    /// Whether no row may hold any of `digests` (false: one may). One look at the digest table
+    /// for them all — a group of new puts asks this, not once a put.
+    func noRowMayHold(_ digests: [ContentHash]) throws(IndexError) -> Bool {
+        if let table = self.digests { return table.containsNone(of: digests) }
+        for digest in digests where try !entryIDs(of: digest).isEmpty { return false }
+        return true
+    }
+
+    /// Rows were inserted, each with its digest: ``noteInserted(_:id:)`` for them all, with one
+    /// hold of the digest table's lock.
+    func noteInserted(_ rows: [(digest: ContentHash, id: Int64)]) {
+        digests?.insert(rows)
+        if isInTransaction { insertedDigests += rows }
+    }
+
     /// An entry row with `digest` was inserted as row `id`: in the table at once (before its
     /// transaction commits: a candidate that is not yet a row costs a reader one lookup).
     func noteInserted(_ digest: ContentHash, id: Int64) {

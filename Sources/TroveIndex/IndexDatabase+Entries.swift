@@ -215,16 +215,15 @@ extension IndexDatabase {
     public func insertNewPuts(_ puts: ArraySlice<NewPut>) throws(IndexError) -> Bool {
         precondition(Self.newPutGroupSizes.contains(puts.count), "a group size")
         // Blob ids rising (as the appender gives them), no blob row between the first and the last.
+        // By index throughout, not `for put in puts`: each copy of a put retains its row's strings.
+        let indices = puts.indices
         guard let low = puts.first?.blobID, let high = puts.last?.blobID,
-            zip(puts, puts.dropFirst()).allSatisfy({ $0.blobID < $1.blobID }),
+            indices.dropFirst().allSatisfy({ puts[$0 - 1].blobID < puts[$0].blobID }),
             try statement(.blobInRange).first([.integer(low), .integer(high)], { _ in true }) == nil
         else { return false }
-        for (i, put) in zip(puts.indices, puts) {
-            let digest = put.row.keyDigest
-            guard try entryIDs(of: digest).isEmpty, !puts[..<i].contains(where: { $0.row.keyDigest == digest }) else {
-                return false
-            }
-        }
+        let digests = indices.map { puts[$0].row.keyDigest }
+        for (n, digest) in digests.enumerated() where digests[..<n].contains(digest) { return false }
+        guard try noRowMayHold(digests) else { return false }
         let last = try statement(.lastEntryID).first { $0.int64(0) } ?? 0
         guard last >= 0, last <= Int64.max - Int64(puts.count) else { return false }
         let large = puts.count == 16
@@ -232,29 +231,29 @@ extension IndexDatabase {
         var entryValues: [SQLiteValue] = []
         blobValues.reserveCapacity(puts.count * 6)
         entryValues.reserveCapacity(puts.count * 17)
-        for (i, put) in puts.enumerated() {
-            blobValues.append(.integer(put.blobID))
-            blobValues.append(.hash(put.hash))
-            blobValues.append(.integer(Int64(put.length)))
-            blobValues.append(.integer(Int64(put.segment)))
-            blobValues.append(.integer(Int64(put.offset)))
-            blobValues.append(.integer(Int64(put.recordBytes)))
-            entryValues.append(.integer(last + 1 + Int64(i)))
-            Self.appendValues(of: put.row, to: &entryValues)
+        for (n, i) in indices.enumerated() {
+            blobValues.append(.integer(puts[i].blobID))
+            blobValues.append(.hash(puts[i].hash))
+            blobValues.append(.integer(Int64(puts[i].length)))
+            blobValues.append(.integer(Int64(puts[i].segment)))
+            blobValues.append(.integer(Int64(puts[i].offset)))
+            blobValues.append(.integer(Int64(puts[i].recordBytes)))
+            entryValues.append(.integer(last + 1 + Int64(n)))
+            Self.appendValues(of: puts[i].row, to: &entryValues)
         }
         try statement(large ? .insertNewBlobs16 : .insertNewBlobs4).run(blobValues)
         try statement(large ? .insertNewEntries16 : .insertNewEntries4).run(entryValues)
-        for (i, put) in puts.enumerated() {
-            let id = last + 1 + Int64(i)
+        noteInserted(digests.enumerated().map { (digest: $1, id: last + 1 + Int64($0)) })
+        for (n, i) in indices.enumerated() {
+            let id = last + 1 + Int64(n)
             // Each blob's first reference: its record becomes live bytes of its segment.
-            try addLiveBytes(Int64(put.recordBytes), segment: put.segment)
-            noteInserted(put.row.keyDigest, id: id)
+            try addLiveBytes(Int64(puts[i].recordBytes), segment: puts[i].segment)
             stagePlace(
-                of: put.row, id: id,
+                of: puts[i].row, id: id,
                 blob: BlobPlace(
-                    hash: put.hash, length: put.length, segment: put.segment, offset: put.offset,
-                    recordBytes: put.recordBytes))
-            try addLiveBytes(Int64(put.row.linkLength), segment: put.row.linkSegment)
+                    hash: puts[i].hash, length: puts[i].length, segment: puts[i].segment, offset: puts[i].offset,
+                    recordBytes: puts[i].recordBytes))
+            try addLiveBytes(Int64(puts[i].row.linkLength), segment: puts[i].row.linkSegment)
         }
         groupedPuts += puts.count
         return true

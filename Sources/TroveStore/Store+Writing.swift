@@ -126,7 +126,7 @@ extension Store {
             // in between (or is gone): asked again, here, so that the repeat is not stored twice
             // (a read under this lock, on this rare path only).
             let pendingKey = PendingBlobKey(hash: hash, length: length)
-            if equal == nil, let hinted, candidate == nil, state.pendingBlobs[pendingKey] == nil {
+            if equal == nil, let hinted, candidate == nil, state.pendingBlobs(pendingKey).isEmpty {
                 // Only a saving: a failed read stores the bytes again, as a missing hint would.
                 let row = (try? readIndex { try $0.blob(id: hinted) }) ?? nil
                 equal = row.flatMap { $0.hash == hash && $0.length == length && holds($0, bytes) ? $0 : nil }
@@ -139,7 +139,7 @@ extension Store {
                 equal = nil
             }
             if equal == nil {
-                equal = state.pendingBlobs[pendingKey]?.first { holds($0, bytes) }
+                equal = state.pendingBlobs(pendingKey).first { holds($0, bytes) }
             }
             var link = LinkRecord(
                 url: key.url, variant: key.variant, blobHash: hash, blobLength: length, blobID: 0, sequence: 0,
@@ -172,8 +172,7 @@ extension Store {
                 blob = BlobRow(
                     id: Int64(bitPattern: id), hash: hash, length: length, segment: state.pack.segment.id,
                     offset: offsets.blob, recordBytes: blobLength, references: 0)
-                state.enqueue(offset: offsets.blob, length: blobLength, .blob(hash: hash, id: id, payloadLength: length))
-                state.pendingBlobs[PendingBlobKey(hash: hash, length: length), default: []].append(blob)
+                state.enqueueBlob(blob, offset: offsets.blob, length: blobLength)
                 appendedBlob = blob.id
                 linkOffset = offsets.link
             }

@@ -37,8 +37,6 @@ final class AppendState: @unchecked Sendable {
     private(set) var queue = WriteQueue()
     /// Every write with a lower sequence number has left `queue` (committed and released).
     private(set) var releasedSequence: UInt64
-    /// Blobs in `queue`, by hash and length, for deduplication before they reach the index.
-    var pendingBlobs: [PendingBlobKey: [BlobRow]] = [:]
     /// Segments sealed by rotation since the last commit, with their final length.
     var rotated: [(file: SegmentFile, end: UInt64)] = []
     /// Segments created by rotation since the last commit.
@@ -133,22 +131,25 @@ extension AppendState {
             refusal: unsyncedTails)
     }
 
-    /// Forgets what `snapshot` committed. Returns the released batches of the queue, which the
-    /// caller lets go of after the appender lock (their records are freed then, not under it).
-    func release(_ snapshot: CommitSnapshot) -> [[PendingWrite]] {
-        for write in snapshot.writes {
-            guard case .blob(let hash, _, let length) = write.record.content,
-                let at = pendingBlobs.index(forKey: PendingBlobKey(hash: hash, length: length))
-            else { continue }
-            // One hash lookup a blob: the slot is changed in place, removed when it empties.
-            pendingBlobs.values[at].removeAll { $0.segment == write.segment && $0.offset == write.record.offset }
-            if pendingBlobs.values[at].isEmpty { pendingBlobs.remove(at: at) }
-        }
+    /// Forgets what `snapshot` committed, with the blobs its writes added. Returns the released
+    /// batches of the queue, which the caller lets go of after the appender lock (their records
+    /// are freed then, not under it).
+    func release(_ snapshot: CommitSnapshot) -> WriteQueue.Released {
         let released = queue.removeSealed(snapshot.writes.count)
         rotated.removeFirst(snapshot.rotated.count)
         created.removeFirst(snapshot.created.count)
         releasedSequence = snapshot.sequence
         return released
+    }
+
+    /// The blobs queued with this hash and length, for deduplication before they reach the index.
+    func pendingBlobs(_ key: PendingBlobKey) -> [BlobRow] { queue.blobs(key) }
+
+    /// Queues a new blob's record appended at `offset` of the active segment, and the blob.
+    func enqueueBlob(_ blob: BlobRow, offset: UInt64, length: UInt64) {
+        let content = ScannedRecord.Content.blob(hash: blob.hash, id: UInt64(bitPattern: blob.id), payloadLength: blob.length)
+        enqueue(offset: offset, length: length, content)
+        queue.addBlob(blob, PendingBlobKey(hash: blob.hash, length: blob.length))
     }
 
     /// The write with sequence number `sequence`, just queued: what its writer may wait for.
