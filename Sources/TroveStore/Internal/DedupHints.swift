@@ -49,10 +49,10 @@ struct DedupHints {
     /// A put appended blob `id` with `hash`.
     mutating func add(_ hash: ContentHash, id: Int64) {
         let key = hash.high
-        if let previous = ids[key], previous != id {
+        // One lookup (every put of new bytes adds): the slot's previous blob, if another, is older.
+        if let previous = ids.updateValue(id, forKey: key), previous != id {
             older[key, default: []].append(previous)
         }
-        ids[key] = id
     }
 
     /// Blob rows a compaction pass deleted: their hints go; a slot whose blob went passes to the
