@@ -5,6 +5,14 @@
 /// variant). Every variant of a URL can be listed and removed together.
 ///
 /// Keys are data, never paths: nothing in a key reaches the file system.
+///
+/// Keys are compared, hashed and ordered by their UTF-8 bytes, like their ``digest``, the index
+/// and the pack records — not by Swift's `String` equality, which treats canonically equivalent
+/// spellings as equal ("é" as one scalar, U+00E9, and as "e" followed by U+0301). Such spellings
+/// are different keys, as they are different URLs on the wire; a key that equalled another
+/// whose digest differs would let the store's in-memory map and its index disagree about which
+/// entry a key names (found by an outside attack: one key, two entries, and a removed value
+/// served again).
 public struct CacheKey: Hashable, Sendable, Comparable, CustomStringConvertible {
     /// The resource's URL, exactly as given.
     public var url: String
@@ -49,7 +57,33 @@ public struct CacheKey: Hashable, Sendable, Comparable, CustomStringConvertible 
         variant.isEmpty ? url : "\(url) [\(variant)]"
     }
 
+    /// Whether the keys' URLs and variants have the same UTF-8 bytes.
+    public static func == (a: CacheKey, b: CacheKey) -> Bool {
+        sameBytes(a.url, b.url) && sameBytes(a.variant, b.variant)
+    }
+
+    /// Hashes the UTF-8 bytes of the URL and the variant (consistent with `==`).
+    public func hash(into hasher: inout Hasher) {
+        var url = url
+        var variant = variant
+        // The URL's length first: the two byte runs must not run into each other.
+        hasher.combine(url.utf8.count)
+        url.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+        variant.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+    }
+
+    /// By the URL's UTF-8 bytes, then the variant's (consistent with `==`).
     public static func < (a: CacheKey, b: CacheKey) -> Bool {
-        (a.url, a.variant) < (b.url, b.variant)
+        if !sameBytes(a.url, b.url) { return a.url.utf8.lexicographicallyPrecedes(b.url.utf8) }
+        return a.variant.utf8.lexicographicallyPrecedes(b.variant.utf8)
+    }
+
+    /// Whether two strings have the same UTF-8 bytes — key equality, where `String`'s `==`
+    /// would call canonically equivalent spellings equal.
+    public static func sameBytes(_ a: String, _ b: String) -> Bool {
+        guard a.utf8.count == b.utf8.count else { return false }
+        var a = a
+        var b = b
+        return a.withUTF8 { x in b.withUTF8 { y in x.elementsEqual(y) } }
     }
 }

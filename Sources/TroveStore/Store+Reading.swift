@@ -59,7 +59,7 @@ extension Store {
     public func entries(url: String) throws(StoreError) -> [EntryInfo] {
         let pending = try commitForListing()
         var listed = try readIndex { try $0.entries(url: url) }
-        if let pending { listed = Self.overlay(pending.filter { $0.key.url == url }, on: listed) }
+        if let pending { listed = Self.overlay(pending.filter { CacheKey.sameBytes($0.key.url, url) }, on: listed) }
         return listed.map { info($0) }
     }
 
@@ -127,11 +127,8 @@ extension Store {
             case .removed: merged[key] = nil
             }
         }
-        return merged.values.sorted { a, b in
-            let (x, y) = (a.entry.key, b.entry.key)
-            if x.url != y.url { return x.url.utf8.lexicographicallyPrecedes(y.url.utf8) }
-            return x.variant.utf8.lexicographicallyPrecedes(y.variant.utf8)
-        }
+        // Key order is byte order (`CacheKey`'s `<`), as the index lists.
+        return merged.values.sorted { $0.entry.key < $1.entry.key }
     }
 
     /// Finds `key`'s entry: the location map first, the index on a miss. An entry past its
@@ -243,7 +240,7 @@ extension Store {
             let link = read.link
             // The digest matched; the key must too (digests can collide). And the row must
             // describe this link, as `verifyLink(of:key:)` holds a row read from SQLite to it.
-            guard link.url == key.url, link.variant == key.variant,
+            guard link.key == key,
                 place.fingerprint
                     == EntryPlace.fingerprint(
                         url: link.url, variant: link.variant, etag: link.etag, lastModified: link.lastModified,

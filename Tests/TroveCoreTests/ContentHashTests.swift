@@ -62,6 +62,28 @@ import TroveTestSupport
         #expect(CacheKey(url: sliced).digest == ContentHash(hashing: Array(sliced.utf8) + [0]))
     }
 
+    /// Equality, hashing and order are the UTF-8 bytes', like the digest: canonically
+    /// equivalent spellings are different keys (Swift's `String` would call them equal).
+    @Test func keysAreTheirBytes() {
+        let composed = CacheKey(url: "https://x/caf\u{E9}")
+        let decomposed = CacheKey(url: "https://x/cafe\u{301}")
+        #expect(composed.url == decomposed.url, "String equality is canonical equivalence")
+        #expect(composed != decomposed)
+        #expect(Set([composed, decomposed]).count == 2)
+        #expect((composed < decomposed) != (decomposed < composed), "a strict order between them")
+        #expect(CacheKey(url: "a", variant: "b") != CacheKey(url: "ab"))
+        #expect(Set([CacheKey(url: "a", variant: "bc"), CacheKey(url: "ab", variant: "c")]).count == 2)
+        #expect(CacheKey(url: "https://x/y", variant: "v") == CacheKey(url: String("xhttps://x/y".dropFirst()), variant: "v"))
+        // Byte order: U+00E9 (C3 A9) sorts after "e" + U+0301 (65 CC 81).
+        #expect(decomposed < composed)
+        #expect(
+            [CacheKey(url: "b"), CacheKey(url: "a", variant: "z"), CacheKey(url: "a")].sorted().map(\.description) == [
+                "a", "a [z]", "b",
+            ])
+        #expect(CacheKey.sameBytes("", ""))
+        #expect(!CacheKey.sameBytes("caf\u{E9}", "cafe\u{301}"))
+    }
+
     @Test func description() {
         #expect(CacheKey(url: "https://x/y").description == "https://x/y")
         #expect(CacheKey(url: "https://x/y", variant: "w256").description == "https://x/y [w256]")

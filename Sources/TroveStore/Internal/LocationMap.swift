@@ -278,6 +278,6 @@ struct LocationMap {
     }
 
     private static func order(_ a: CacheKey, _ b: CacheKey) -> Bool {
-        a.url != b.url ? a.url < b.url : a.variant < b.variant
+        a < b
     }
 }
