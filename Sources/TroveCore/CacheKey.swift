@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// The key of a store entry: a URL and a variant.
 ///
 /// The URL names the origin resource; the variant names one rendition of it in canonical
@@ -62,14 +66,11 @@ public struct CacheKey: Hashable, Sendable, Comparable, CustomStringConvertible 
         sameBytes(a.url, b.url) && sameBytes(a.variant, b.variant)
     }
 
-    /// Hashes the UTF-8 bytes of the URL and the variant (consistent with `==`).
+    /// Hashes the URL and the variant as strings: keys with equal bytes are equal strings, so
+    /// their hashes agree (canonically equivalent spellings share a hash and differ by `==`).
     public func hash(into hasher: inout Hasher) {
-        var url = url
-        var variant = variant
-        // The URL's length first: the two byte runs must not run into each other.
-        hasher.combine(url.utf8.count)
-        url.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
-        variant.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+        hasher.combine(url)
+        hasher.combine(variant)
     }
 
     /// By the URL's UTF-8 bytes, then the variant's (consistent with `==`).
@@ -79,11 +80,16 @@ public struct CacheKey: Hashable, Sendable, Comparable, CustomStringConvertible 
     }
 
     /// Whether two strings have the same UTF-8 bytes — key equality, where `String`'s `==`
-    /// would call canonically equivalent spellings equal.
+    /// would call canonically equivalent spellings equal. Compares the strings' own storage
+    /// (as fast as `String`'s `==` on a location-map lookup), bytes one by one only for a
+    /// string that has none contiguous.
     public static func sameBytes(_ a: String, _ b: String) -> Bool {
-        guard a.utf8.count == b.utf8.count else { return false }
-        var a = a
-        var b = b
-        return a.withUTF8 { x in b.withUTF8 { y in x.elementsEqual(y) } }
+        let compared = a.utf8.withContiguousStorageIfAvailable { x in
+            b.utf8.withContiguousStorageIfAvailable { y in
+                x.count == y.count && (x.count == 0 || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0)
+            }
+        }
+        if let compared, let compared { return compared }
+        return a.utf8.elementsEqual(b.utf8)
     }
 }
