@@ -69,7 +69,10 @@ public final class ImagePipeline: Sendable {
     public let configuration: Configuration
 
     let pool: BlockingPool
-    let originals = TaskCoalescer<String, ImageResponse>()
+    /// Keyed by the original's key, not its URL string: a key is its UTF-8 bytes, while
+    /// `String`'s `==` would join a download of one spelling of a URL to another, canonically
+    /// equivalent one, and serve it the other URL's bytes.
+    let originals = TaskCoalescer<CacheKey, ImageResponse>()
     let variants = TaskCoalescer<CacheKey, ImageResponse>()
     let counters = Locked(Statistics())
     let metrics: PipelineMetrics
@@ -257,7 +260,7 @@ public final class ImagePipeline: Sendable {
 
     /// The original of `url`, fresh, through the stage shared by every caller of the URL.
     func original(_ url: String) async throws -> ImageResponse {
-        let outcome = try await originals.value(for: url, priority: Task.currentPriority) {
+        let outcome = try await originals.value(for: CacheKey(url: url), priority: Task.currentPriority) {
             try await self.loadOriginal(url)
         }
         if outcome.joined { countCoalesced() }
@@ -275,7 +278,7 @@ public final class ImagePipeline: Sendable {
         Task(priority: .utility) {
             // The stage looks at the stored original again: still stale, it revalidates; made
             // fresh meanwhile by another caller, it is done.
-            _ = try? await self.originals.value(for: url) { try await self.loadOriginal(url) }
+            _ = try? await self.originals.value(for: CacheKey(url: url)) { try await self.loadOriginal(url) }
         }
     }
 
