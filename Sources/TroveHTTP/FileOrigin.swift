@@ -140,7 +140,9 @@ public struct FileOrigin: OriginFetching {
                 code: .io, message: "the root directory \(root) cannot be resolved: \(error.description)", url: url,
                 underlying: error)
         }
-        guard resolved.hasPrefix(resolvedRoot == "/" ? "/" : resolvedRoot + "/") else {
+        // By bytes: `hasPrefix` compares characters, and would take a sibling directory whose
+        // name is a canonically equivalent spelling of the root's for the root itself.
+        guard resolved.utf8.starts(with: (resolvedRoot == "/" ? "/" : resolvedRoot + "/").utf8) else {
             throw OriginError(
                 code: .status, message: "\(path) lies outside \(root), the only directory files are fetched from",
                 url: url, status: 403)

@@ -141,16 +141,19 @@ extension TroveCommand {
         private func fetchAll(with pipeline: ImagePipeline) async throws -> Int32 {
             let urls = urls
             let variant = variant
-            var firstMention: [String: Int] = [:]
+            // By the URL's key (its bytes): `String` keys would take a canonically equivalent
+            // spelling of a URL for a repeat of it.
+            var firstMention: [CacheKey: Int] = [:]
             var repeats: [Int: [Int]] = [:]
             for (index, url) in urls.enumerated() {
-                if let first = firstMention[url] { repeats[first, default: []].append(index) } else { firstMention[url] = index }
+                let key = CacheKey(url: url)
+                if let first = firstMention[key] { repeats[first, default: []].append(index) } else { firstMention[key] = index }
             }
             var emitter = Emitter(
                 urls: urls, variant: variant, json: json, output: output, outputDirectory: outputDirectory,
                 storeDirectory: store.directory)
             try await withThrowingTaskGroup(of: (Int, Fetched).self) { group in
-                for (index, url) in urls.enumerated() where firstMention[url] == index {
+                for (index, url) in urls.enumerated() where firstMention[CacheKey(url: url)] == index {
                     group.addTask { (index, await Self.fetch(url, variant: variant, with: pipeline)) }
                 }
                 var results = [Fetched?](repeating: nil, count: urls.count)
@@ -328,7 +331,7 @@ private struct Emitter {
     private var rows: [[String]] = []
     private var names = OutputNames()
     /// The file each URL was written to (a repeated URL is written once).
-    private var written: [String: String] = [:]
+    private var written: [CacheKey: String] = [:]
     private let encoder: JSONEncoder
     private let progress = isatty(STDERR_FILENO) != 0
     private var done = 0
@@ -400,11 +403,11 @@ private struct Emitter {
             return output
         }
         guard let outputDirectory else { return nil }
-        if let path = written[url] { return path }
+        if let path = written[CacheKey(url: url)] { return path }
         let name = names.name(for: url, variant: variant, format: response.format)
         let path = (outputDirectory as NSString).appendingPathComponent(name)
         try writeOutput(response.data, to: path, outside: storeDirectory)
-        written[url] = path
+        written[CacheKey(url: url)] = path
         return path
     }
 

@@ -113,6 +113,39 @@ struct FileOriginTests {
         }
     }
 
+    /// A sibling directory whose name is a canonically equivalent spelling of the root's is
+    /// another directory (Linux names files by bytes): outside the root. (`hasPrefix` compared
+    /// characters and let it through; found by an outside review, 2026-11-28.)
+    @Test func aRootIsComparedByBytes() async throws {
+        try await withTemporaryDirectory { directory in
+            let root = "\(directory)/caf\u{E9}"
+            let sibling = "\(directory)/cafe\u{301}"
+            for dir in [root, sibling] { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) }
+            #expect(try FileManager.default.contentsOfDirectory(atPath: directory).count == 2)
+            try write(jpegLike(count: 10), to: "\(root)/in.jpg")
+            try write(jpegLike(count: 20), to: "\(sibling)/secret.jpg")
+            try FileManager.default.createSymbolicLink(atPath: "\(root)/link.jpg", withDestinationPath: "\(sibling)/secret.jpg")
+            let origin = FileOrigin(root: root)
+            #expect(try await origin.fetch(OriginRequest(url: "file://\(root)/in.jpg")).status == 200)
+            for path in ["\(sibling)/secret.jpg", "\(root)/link.jpg", "\(root)/../cafe\u{301}/secret.jpg"] {
+                let error = await fetchError(origin, OriginRequest(url: "file://" + path))
+                #expect(error?.code == .status && error?.status == 403, "\(path)")
+            }
+        }
+    }
+
+    /// Validators are octets: a 304 whose ETag or Last-Modified is a canonically equivalent
+    /// spelling of the stored one does not identify the stored bytes.
+    @Test func validatorsAreComparedByBytes() {
+        let now = Date()
+        let stored = Validators(entityTag: "\"caf\u{E9}\"", lastModified: "x\u{E9}")
+        #expect(stored.areIdentified(byNotModified: Validators(entityTag: "\"caf\u{E9}\""), now: now))
+        #expect(!stored.areIdentified(byNotModified: Validators(entityTag: "\"cafe\u{301}\""), now: now))
+        #expect(!stored.areIdentified(byNotModified: Validators(entityTag: "W/\"cafe\u{301}\""), now: now))
+        #expect(stored.areIdentified(byNotModified: Validators(lastModified: "x\u{E9}"), now: now))
+        #expect(!stored.areIdentified(byNotModified: Validators(lastModified: "xe\u{301}"), now: now))
+    }
+
     @Test func aFileThatIsNotAnImageIsRefusedUnlessAllowed() async throws {
         try await withTemporaryDirectory { directory in
             let path = "\(directory)/notes.txt"

@@ -2,6 +2,7 @@
 // (RFC 9111 §4.3.4). See Docs/Freshness.md.
 
 public import Foundation
+import TroveCore
 
 /// The validators of a stored response (RFC 9110 §8.8): what a conditional request sends back
 /// (`If-None-Match`, `If-Modified-Since`) and what a 304 is matched against.
@@ -42,17 +43,21 @@ public struct Validators: Hashable, Sendable {
     public func areIdentified(byNotModified notModified: Validators, now: Date) -> Bool {
         if let tag = notModified.entityTag, !Self.isWeak(tag) {
             guard let stored = entityTag, !Self.isWeak(stored) else { return false }
-            return stored == tag
+            return CacheKey.sameBytes(stored, tag)
         }
+        // Validators are compared octet by octet (RFC 9110 §8.8.3), not as Swift strings, which
+        // would call canonically equivalent spellings the same tag and freshen other bytes.
         if let tag = notModified.entityTag {
-            guard let stored = entityTag, Self.opaqueTag(stored) == Self.opaqueTag(tag) else { return false }
+            guard let stored = entityTag, Self.opaqueTag(stored).utf8.elementsEqual(Self.opaqueTag(tag).utf8) else {
+                return false
+            }
         }
         if let date = notModified.lastModified {
             guard let stored = lastModified else { return false }
             if let new = HTTPDate(date, now: now), let old = HTTPDate(stored, now: now) {
                 guard new == old else { return false }
             } else {
-                guard stored == date else { return false }
+                guard CacheKey.sameBytes(stored, date) else { return false }
             }
         }
         return true

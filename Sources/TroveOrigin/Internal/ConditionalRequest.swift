@@ -15,7 +15,8 @@ enum ConditionalRequest {
             let tags = ifNoneMatch.flatMap { entityTags(in: $0) ?? [] }
             if tags.contains("*") { return true }
             guard let etag, let current = opaqueTag(etag) else { return false }
-            return tags.contains { opaqueTag($0) == current }
+            // Octet by octet (RFC 9110 §8.8.3), not as Swift strings (canonical equivalence).
+            return tags.contains { opaqueTag($0).map { $0.utf8.elementsEqual(current.utf8) } ?? false }
         }
         guard let ifModifiedSince, let since = HTTPDate.parse(ifModifiedSince), let lastModified,
             let modified = HTTPDate.parse(lastModified)

@@ -46,7 +46,8 @@ struct StaticDirectory: Sendable {
     func load(_ requestPath: String) -> StoredResource? {
         guard let relative = Self.relativePath(requestPath) else { return nil }
         guard let resolved = Self.realPath(root + "/" + relative),
-            resolved.hasPrefix(root == "/" ? "/" : root + "/")
+            // By bytes: `hasPrefix` would take a canonically equivalent sibling for the root.
+            resolved.utf8.starts(with: (root == "/" ? "/" : root + "/").utf8)
         else { return nil }
         let descriptor = open(resolved, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
         guard descriptor >= 0 else { return nil }
