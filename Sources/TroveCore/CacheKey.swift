@@ -63,7 +63,7 @@ public struct CacheKey: Hashable, Sendable, Comparable, CustomStringConvertible 
 
     /// Whether the keys' URLs and variants have the same UTF-8 bytes.
     public static func == (a: CacheKey, b: CacheKey) -> Bool {
-        sameBytes(a.url, b.url) && sameBytes(a.variant, b.variant)
+        a.url.hasSameUTF8(as: b.url) && a.variant.hasSameUTF8(as: b.variant)
     }
 
     /// Hashes the URL and the variant as strings: keys with equal bytes are equal strings, so
@@ -75,21 +75,7 @@ public struct CacheKey: Hashable, Sendable, Comparable, CustomStringConvertible 
 
     /// By the URL's UTF-8 bytes, then the variant's (consistent with `==`).
     public static func < (a: CacheKey, b: CacheKey) -> Bool {
-        if !sameBytes(a.url, b.url) { return a.url.utf8.lexicographicallyPrecedes(b.url.utf8) }
+        if !a.url.hasSameUTF8(as: b.url) { return a.url.utf8.lexicographicallyPrecedes(b.url.utf8) }
         return a.variant.utf8.lexicographicallyPrecedes(b.variant.utf8)
-    }
-
-    /// Whether two strings have the same UTF-8 bytes — key equality, where `String`'s `==`
-    /// would call canonically equivalent spellings equal. Compares the strings' own storage
-    /// (as fast as `String`'s `==` on a location-map lookup), bytes one by one only for a
-    /// string that has none contiguous.
-    public static func sameBytes(_ a: String, _ b: String) -> Bool {
-        let compared = a.utf8.withContiguousStorageIfAvailable { x in
-            b.utf8.withContiguousStorageIfAvailable { y in
-                x.count == y.count && (x.count == 0 || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0)
-            }
-        }
-        if let compared, let compared { return compared }
-        return a.utf8.elementsEqual(b.utf8)
     }
 }

@@ -50,7 +50,7 @@ extension IndexDatabase {
     public func entries(url: String) throws(IndexError) -> [IndexedEntry] {
         // The original by its digest, the variants through the partial URL index.
         var out: [IndexedEntry] = []
-        if let original = try entry(digest: CacheKey(url: url).digest), CacheKey.sameBytes(original.entry.url, url),
+        if let original = try entry(digest: CacheKey(url: url).digest), original.entry.url.hasSameUTF8(as: url),
             original.entry.variant.isEmpty
         {
             out.append(original)

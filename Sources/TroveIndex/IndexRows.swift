@@ -60,6 +60,18 @@ public struct EntryRow: Hashable, Sendable {
 
     /// The entry's key.
     public var key: CacheKey { CacheKey(url: url, variant: variant) }
+
+    /// Whether the two rows are the same: every field equal, texts by their UTF-8 bytes
+    /// (`String`'s `==` would call canonically equivalent spellings equal). The hash stays the
+    /// fields' own: byte-equal texts are equal strings, so their hashes agree.
+    public static func == (a: EntryRow, b: EntryRow) -> Bool {
+        a.keyDigest == b.keyDigest && a.blobID == b.blobID && a.linkSegment == b.linkSegment
+            && a.linkOffset == b.linkOffset && a.linkLength == b.linkLength && a.sequence == b.sequence
+            && a.expiresAt == b.expiresAt && a.createdAt == b.createdAt && a.accessedAt == b.accessedAt
+            && a.cost == b.cost && a.url.hasSameUTF8(as: b.url) && a.variant.hasSameUTF8(as: b.variant)
+            && a.etag.hasSameUTF8(as: b.etag) && a.lastModified.hasSameUTF8(as: b.lastModified)
+            && a.cachePolicy.hasSameUTF8(as: b.cachePolicy)
+    }
 }
 
 /// One row of the blobs table: content stored once, and how many entries link to it.

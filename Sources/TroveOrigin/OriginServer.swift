@@ -144,9 +144,9 @@ public final class OriginServer: Sendable {
     /// The request heads received, oldest first (the most recent 5 000 to 10 000 are kept).
     public var requests: [ReceivedRequest] { state.requests }
 
-    /// The request heads received for `path`, oldest first.
+    /// The request heads received for `path` (the same UTF-8 bytes), oldest first.
     public func requests(for path: String) -> [ReceivedRequest] {
-        state.requests.filter { $0.path == path }
+        state.requests.filter { $0.path.utf8.elementsEqual(path.utf8) }
     }
 
     /// How many requests for `path` arrived (every one is counted, however many there are).

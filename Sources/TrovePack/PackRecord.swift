@@ -48,6 +48,17 @@ public struct LinkRecord: Hashable, Sendable {
 
     /// The key this link is for.
     public var key: CacheKey { CacheKey(url: url, variant: variant) }
+
+    /// Whether the two records say the same thing: every field equal, and every text the same
+    /// UTF-8 bytes (`String`'s `==` would call canonically equivalent spellings of a URL or an
+    /// ETag equal, where the pack and the index hold different bytes). The hash stays the
+    /// fields' own: byte-equal texts are equal strings, so their hashes agree.
+    public static func == (a: LinkRecord, b: LinkRecord) -> Bool {
+        a.sequence == b.sequence && a.blobID == b.blobID && a.blobHash == b.blobHash && a.blobLength == b.blobLength
+            && a.createdAt == b.createdAt && a.expiresAt == b.expiresAt && a.url.hasSameUTF8(as: b.url)
+            && a.variant.hasSameUTF8(as: b.variant) && a.etag.hasSameUTF8(as: b.etag)
+            && a.lastModified.hasSameUTF8(as: b.lastModified) && a.cachePolicy.hasSameUTF8(as: b.cachePolicy)
+    }
 }
 
 /// A key removed, as recorded in a pack.
@@ -71,6 +82,13 @@ public struct TombstoneRecord: Hashable, Sendable {
 
     /// The key this tombstone removes.
     public var key: CacheKey { CacheKey(url: url, variant: variant) }
+
+    /// Whether the two tombstones are the same: texts by their UTF-8 bytes (as
+    /// ``LinkRecord/==(_:_:)``).
+    public static func == (a: TombstoneRecord, b: TombstoneRecord) -> Bool {
+        a.sequence == b.sequence && a.removedAt == b.removedAt && a.url.hasSameUTF8(as: b.url)
+            && a.variant.hasSameUTF8(as: b.variant)
+    }
 }
 
 /// Who a record is about, as a version-2 record header states it (covered by the header's own

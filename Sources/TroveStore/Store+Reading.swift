@@ -59,7 +59,7 @@ extension Store {
     public func entries(url: String) throws(StoreError) -> [EntryInfo] {
         let pending = try commitForListing()
         var listed = try readIndex { try $0.entries(url: url) }
-        if let pending { listed = Self.overlay(pending.filter { CacheKey.sameBytes($0.key.url, url) }, on: listed) }
+        if let pending { listed = Self.overlay(pending.filter { $0.key.url.hasSameUTF8(as: url) }, on: listed) }
         return listed.map { info($0) }
     }
 

@@ -380,7 +380,7 @@ extension Store {
         try appender.withLock { (state) throws(StoreError) in
             guard !state.isClosed else { throw Self.closedError(directory) }
             for write in state.queue {
-                if case .link(let link) = write.record.content, CacheKey.sameBytes(link.url, url) {
+                if case .link(let link) = write.record.content, link.url.hasSameUTF8(as: url) {
                     keys.insert(CacheKey(url: link.url, variant: link.variant))
                 }
             }

@@ -258,6 +258,11 @@ enum FreshnessFixture {
         let freshness = F.judge([("ETag", " W/\"a\" "), ("Last-Modified", F.httpDate(-10))])
         #expect(freshness.validators == Validators(entityTag: "W/\"a\"", lastModified: F.httpDate(-10)))
         #expect(F.judge([("ETag", "\"a\""), ("etag", "\"b\"")]).validators.entityTag == nil)
+        // Fields are octets: canonically equivalent spellings (equal Swift strings) disagree.
+        #expect(F.judge([("ETag", "\"caf\u{E9}\""), ("ETag", "\"cafe\u{301}\"")]).validators.entityTag == nil)
+        #expect(F.judge([("ETag", "\"caf\u{E9}\""), ("ETag", " \"caf\u{E9}\"")]).validators.entityTag == "\"caf\u{E9}\"")
+        #expect(Validators(entityTag: "\"caf\u{E9}\"") != Validators(entityTag: "\"cafe\u{301}\""))
+        #expect(Validators(lastModified: "caf\u{E9}") != Validators(lastModified: "cafe\u{301}"))
         #expect(F.judge([]).validators.isEmpty)
     }
 }

@@ -81,6 +81,30 @@ struct OriginServerDirectoryTests {
         }
     }
 
+    /// The served directory's resolved path is compared with a file's by bytes: a sibling
+    /// whose name is a canonically equivalent spelling of the directory's (an equal Swift
+    /// string) is outside it.
+    @Test func aSiblingSpelledEquivalentlyIsOutside() async throws {
+        try await withTemporaryDirectory { base in
+            let served = "\(base)/caf\u{E9}"
+            let sibling = "\(base)/cafe\u{301}"
+            for directory in [served, sibling] {
+                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            }
+            try Data(jpegLike(count: 10)).write(to: URL(fileURLWithPath: "\(sibling)/secret.jpg"))
+            try Data(jpegLike(count: 10)).write(to: URL(fileURLWithPath: "\(served)/inside.jpg"))
+            try FileManager.default.createSymbolicLink(atPath: "\(served)/out", withDestinationPath: sibling)
+            try await withOriginServer(serving: served) { origin in
+                try await withPlainClient { client in
+                    let inside = try await get(client, origin.url("/inside.jpg"))
+                    let outside = try await get(client, origin.url("/out/secret.jpg"))
+                    #expect(inside.status == 200)
+                    #expect(outside.status == 404, "the link leads to the equivalently spelled sibling")
+                }
+            }
+        }
+    }
+
     @Test func aMissingDirectoryIsRefused() async throws {
         await #expect(throws: OriginServerError.self) {
             try await OriginServer.start(serving: "/nonexistent/trove-origin-test")

@@ -336,4 +336,32 @@ struct OriginServerFieldTests {
         #expect(ConditionalRequest.entityTags(in: "\"a\" \"b\"") == nil)
         #expect(ConditionalRequest.entityTags(in: "") == [])
     }
+
+    /// Paths and entity tags are octets: canonically equivalent spellings (equal Swift
+    /// strings) name other resources and other tags.
+    @Test func pathsAndEntityTagsAreComparedByBytes() {
+        let composed = "/caf\u{E9}.jpg"
+        let decomposed = "/cafe\u{301}.jpg"
+        let state = OriginState(directory: nil)
+        state.set(composed, OriginResource(body: [1, 2, 3], etag: "\"1\""))
+        guard case .resource = state.lookup(composed) else {
+            Issue.record("the resource set is not found")
+            return
+        }
+        guard case .notFound = state.lookup(decomposed) else {
+            Issue.record("another spelling found the resource")
+            return
+        }
+        state.remove(decomposed)
+        guard case .resource = state.lookup(composed) else {
+            Issue.record("removing another spelling removed the resource")
+            return
+        }
+        #expect(
+            !ConditionalRequest.isNotModified(
+                ifNoneMatch: ["\"cafe\u{301}\""], ifModifiedSince: nil, etag: "\"caf\u{E9}\"", lastModified: nil))
+        #expect(
+            ConditionalRequest.isNotModified(
+                ifNoneMatch: ["W/\"caf\u{E9}\""], ifModifiedSince: nil, etag: "\"caf\u{E9}\"", lastModified: nil))
+    }
 }

@@ -23,6 +23,39 @@ import TroveTestSupport
         return id
     }
 
+    /// A row equals only a row with the same fields and the same bytes in every text (fsck and
+    /// the compactor compare rows; `String`'s `==` would call canonically equivalent spellings
+    /// equal).
+    @Test func rowsAreEqualByEveryFieldAndByBytes() {
+        var base = entry("https://example.com/caf\u{E9}", blob: 1)
+        base.cachePolicy = "p"
+        base.lastModified = "m"
+        base.expiresAt = 5
+        #expect(Mirror(reflecting: base).children.count == 15, "a new field must join `==` and this test")
+        let changes: [(inout EntryRow) -> Void] = [
+            { $0.keyDigest = ContentHash(high: 0, low: 1) }, { $0.url += "x" }, { $0.variant = "v" },
+            { $0.blobID += 1 }, { $0.linkSegment += 1 }, { $0.linkOffset += 1 }, { $0.linkLength += 1 },
+            { $0.sequence += 1 }, { $0.etag = nil }, { $0.lastModified = nil }, { $0.cachePolicy = nil },
+            { $0.expiresAt = nil }, { $0.createdAt += 1 }, { $0.accessedAt += 1 }, { $0.cost += 1 },
+        ]
+        for (i, change) in changes.enumerated() {
+            var other = base
+            change(&other)
+            #expect(other != base, "field \(i)")
+        }
+        let spellings: [(inout EntryRow, String) -> Void] = [
+            { $0.url = $1 }, { $0.variant = $1 }, { $0.etag = $1 }, { $0.lastModified = $1 }, { $0.cachePolicy = $1 },
+        ]
+        for (i, set) in spellings.enumerated() {
+            var a = base
+            var b = base
+            set(&a, "caf\u{E9}")
+            set(&b, "cafe\u{301}")
+            #expect(a != b, "text \(i)")
+            #expect(a == a)
+        }
+    }
+
     @Test func createsAndMigratesOnce() async throws {
         try await withTemporaryDirectory { dir in
             let path = dir + "/index.sqlite"

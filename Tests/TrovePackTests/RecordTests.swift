@@ -56,6 +56,48 @@ import TroveTestSupport
         #expect(v1.withUnsafeBytes { RecordCodec.link($0, version: 1) } == nil)
     }
 
+    /// A record equals only a record that says the same bytes: every field counts, and a text
+    /// spelled another way (canonically equivalent, as `String`'s `==` would accept) is another
+    /// record — a row is held to its link record by this (`verifyLink`, the compactor).
+    @Test func recordsAreEqualByEveryFieldAndByBytes() {
+        let base = Self.link
+        #expect(Mirror(reflecting: base).children.count == 11, "a new field must join `==` and this test")
+        let changes: [(String, (inout LinkRecord) -> Void)] = [
+            ("url", { $0.url += "x" }), ("variant", { $0.variant = "" }),
+            ("blobHash", { $0.blobHash = ContentHash(high: 1, low: 3) }), ("blobLength", { $0.blobLength += 1 }),
+            ("blobID", { $0.blobID += 1 }), ("sequence", { $0.sequence += 1 }), ("createdAt", { $0.createdAt += 1 }),
+            ("expiresAt", { $0.expiresAt = nil }), ("etag", { $0.etag = nil }),
+            ("lastModified", { $0.lastModified = "x" }), ("cachePolicy", { $0.cachePolicy = "" }),
+        ]
+        for (field, change) in changes {
+            var other = base
+            change(&other)
+            #expect(other != base, "\(field)")
+        }
+        // Canonically equivalent spellings: equal as Swift strings, other bytes.
+        let composed = "caf\u{E9}"
+        let decomposed = "cafe\u{301}"
+        #expect(composed == decomposed)
+        let spellings: [(inout LinkRecord, String) -> Void] = [
+            { $0.url = $1 }, { $0.variant = $1 }, { $0.etag = $1 }, { $0.lastModified = $1 }, { $0.cachePolicy = $1 },
+        ]
+        for (i, set) in spellings.enumerated() {
+            var a = base
+            var b = base
+            set(&a, composed)
+            set(&b, decomposed)
+            #expect(a != b, "text \(i)")
+            #expect(a == a)
+        }
+        let tombstone = TombstoneRecord(url: composed, variant: "", sequence: 7, removedAt: 1)
+        #expect(Mirror(reflecting: tombstone).children.count == 4)
+        #expect(tombstone != TombstoneRecord(url: decomposed, variant: "", sequence: 7, removedAt: 1))
+        #expect(tombstone == TombstoneRecord(url: composed, variant: "", sequence: 7, removedAt: 1))
+        #expect(tombstone != TombstoneRecord(url: composed, variant: "", sequence: 8, removedAt: 1))
+        #expect(tombstone != TombstoneRecord(url: composed, variant: "", sequence: 7, removedAt: 2))
+        #expect(tombstone != TombstoneRecord(url: composed, variant: "v", sequence: 7, removedAt: 1))
+    }
+
     /// `linkBodyLength` is what a put asks before it knows the sequence numbers, instead of
     /// encoding the body twice: it must equal the encoded length for every link.
     @Test(arguments: [UInt8(1), 2])

@@ -237,7 +237,7 @@ struct MemoryShard {
         var keys: [(CacheKey, KeyHashes)] = []
         var i = urlChains[urlHash] ?? -1
         while i >= 0 {
-            if CacheKey.sameBytes(nodes[Int(i)].key.url, url) {
+            if nodes[Int(i)].key.url.hasSameUTF8(as: url) {
                 keys.append((nodes[Int(i)].key, KeyHashes(hash: nodes[Int(i)].hash, urlHash: urlHash)))
             }
             i = links[Int(i)].urlNext

@@ -2,6 +2,7 @@
 // arithmetic every rule shares.
 
 import Foundation
+import TroveCore
 
 /// Instants and durations as whole milliseconds: the unit of the persisted form, so that what
 /// the rules compute round-trips through it exactly.
@@ -49,7 +50,7 @@ enum SingletonField: Equatable {
             return
         }
         let value = HeaderFields.trimmed(first)
-        for line in lines.dropFirst() where HeaderFields.trimmed(line) != value {
+        for line in lines.dropFirst() where !HeaderFields.trimmed(line).hasSameUTF8(as: value) {
             self = .conflicting
             return
         }

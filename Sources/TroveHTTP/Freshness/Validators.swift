@@ -20,6 +20,13 @@ public struct Validators: Hashable, Sendable {
         self.lastModified = lastModified
     }
 
+    /// Whether both hold the same fields, octet for octet (RFC 9110 §8.8.3): `String`'s `==`
+    /// would call canonically equivalent spellings the same. The hash stays the fields' own
+    /// (byte-equal texts are equal strings).
+    public static func == (a: Validators, b: Validators) -> Bool {
+        a.entityTag.hasSameUTF8(as: b.entityTag) && a.lastModified.hasSameUTF8(as: b.lastModified)
+    }
+
     /// Whether there is neither an entity tag nor a modification date.
     public var isEmpty: Bool { entityTag == nil && lastModified == nil }
 
@@ -43,7 +50,7 @@ public struct Validators: Hashable, Sendable {
     public func areIdentified(byNotModified notModified: Validators, now: Date) -> Bool {
         if let tag = notModified.entityTag, !Self.isWeak(tag) {
             guard let stored = entityTag, !Self.isWeak(stored) else { return false }
-            return CacheKey.sameBytes(stored, tag)
+            return stored.hasSameUTF8(as: tag)
         }
         // Validators are compared octet by octet (RFC 9110 §8.8.3), not as Swift strings, which
         // would call canonically equivalent spellings the same tag and freshen other bytes.
@@ -57,7 +64,7 @@ public struct Validators: Hashable, Sendable {
             if let new = HTTPDate(date, now: now), let old = HTTPDate(stored, now: now) {
                 guard new == old else { return false }
             } else {
-                guard CacheKey.sameBytes(stored, date) else { return false }
+                guard stored.hasSameUTF8(as: date) else { return false }
             }
         }
         return true

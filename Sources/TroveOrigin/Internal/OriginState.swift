@@ -33,6 +33,17 @@ enum ResourceLookup: Sendable {
     case notFound
 }
 
+/// A request path as a dictionary key: equal only to the same UTF-8 bytes. (`String`'s `==`
+/// calls canonically equivalent spellings equal, and the server would then answer one path
+/// with a resource set under another — a cache test would see bytes it never asked for.)
+struct RequestPath: Hashable, Sendable {
+    let path: String
+    init(_ path: String) { self.path = path }
+    static func == (a: RequestPath, b: RequestPath) -> Bool { a.path.utf8.elementsEqual(b.path.utf8) }
+    // Byte-equal paths are equal strings, so `String`'s hash agrees with `==`.
+    func hash(into hasher: inout Hasher) { hasher.combine(path) }
+}
+
 /// Everything the server's connections share, behind one lock: the resources, the observations
 /// and the open connections. The lock is held for these state changes only, never across I/O.
 final class OriginState: Sendable {
@@ -40,9 +51,9 @@ final class OriginState: Sendable {
     static let requestLogLimit = 10_000
 
     private struct State {
-        var resources: [String: StoredResource] = [:]
+        var resources: [RequestPath: StoredResource] = [:]
         var statistics = OriginServer.Statistics()
-        var requestCounts: [String: Int] = [:]
+        var requestCounts: [RequestPath: Int] = [:]
         var requestLog: [OriginServer.ReceivedRequest] = []
         var openChannels: [Int: any Channel] = [:]
         var nextConnection = 1
@@ -60,16 +71,16 @@ final class OriginState: Sendable {
 
     func set(_ path: String, _ resource: OriginResource) {
         let stored = StoredResource(resource)
-        state.withLock { $0.resources[path] = stored }
+        state.withLock { $0.resources[RequestPath(path)] = stored }
     }
 
     func remove(_ path: String) {
-        state.withLock { _ = $0.resources.removeValue(forKey: path) }
+        state.withLock { _ = $0.resources.removeValue(forKey: RequestPath(path)) }
     }
 
     /// Resources set by path win; then the served directory, if any.
     func lookup(_ path: String) -> ResourceLookup {
-        if let stored = state.withLock({ $0.resources[path] }) { return .resource(stored) }
+        if let stored = state.withLock({ $0.resources[RequestPath(path)] }) { return .resource(stored) }
         if let directory { return .file(directory) }
         return .notFound
     }
@@ -107,7 +118,7 @@ final class OriginState: Sendable {
             state.statistics.inFlightRequests += 1
             state.statistics.peakInFlightRequests = max(
                 state.statistics.peakInFlightRequests, state.statistics.inFlightRequests)
-            state.requestCounts[request.path, default: 0] += 1
+            state.requestCounts[RequestPath(request.path), default: 0] += 1
             if state.requestLog.count >= Self.requestLogLimit {
                 state.requestLog.removeFirst(Self.requestLogLimit / 2)
             }
@@ -130,7 +141,7 @@ final class OriginState: Sendable {
     var requests: [OriginServer.ReceivedRequest] { state.withLock { $0.requestLog } }
 
     func requestCount(for path: String) -> Int {
-        state.withLock { $0.requestCounts[path, default: 0] }
+        state.withLock { $0.requestCounts[RequestPath(path), default: 0] }
     }
 
     func resetObservations() {
