@@ -206,8 +206,11 @@ public final class BenchmarkSuite {
         floor: KnownPlaceEngine
     ) throws {
         let label = size >= 1 << 20 ? "\(size >> 20)MiB" : "\(size >> 10)KiB"
-        let values = (0..<count).map { pool.value(id: UInt64(size * 10 + $0), size: size) }
+        let values = Self.putValues(pool, size: size, count: count, tag: "main")
         func put(_ engine: any BlobStoring & Sendable, tag: String, count: Int) throws {
+            // Bytes no row has stored before: an engine that deduplicates (Trove) would
+            // otherwise time its repeated-content path in every row after the first.
+            let values = tag == "main" ? values : Self.putValues(pool, size: size, count: count, tag: tag)
             progress("put \(label) × \(count): \(engine.name)")
             let m = try measure(count, settling: root, finish: engine.flush) { i in
                 try engine.put(values[i], key: "put-\(label)-\(tag)-\(i)", etag: "e\(i)")
@@ -249,6 +252,25 @@ public final class BenchmarkSuite {
         try get(floor)
     }
 
+    /// The values a put row writes: `count` values of `size` bytes, different for every `tag`
+    /// (a row's tag: `main`, `none`, `full`, `fsync`, `batched`), so that every row puts bytes
+    /// no earlier row stored. Until 2026-11-28 every row of a workload put the same values, and
+    /// Trove's rows after the first (`none`, `full`) timed its deduplication instead of new
+    /// puts.
+    static func putValues(_ pool: ContentPool, size: Int, count: Int, tag: String, base: Int? = nil) -> [Data] {
+        let salt: UInt64 =
+            switch tag {
+            case "main": 0
+            case "none": 1
+            case "full": 2
+            case "fsync": 3
+            case "batched": 4
+            default: 5
+            }
+        let first = UInt64(base ?? size * 10)
+        return (0..<count).map { pool.value(id: (first + UInt64($0)) | salt << 40, size: size) }
+    }
+
     /// Runs `put` with each engine at each durability level, like with like: the page-cache
     /// levels first (Trove `batched` and `none`, FilePerEntry, SQLite NORMAL; `count` puts),
     /// then the fsync-per-write ones (Trove `full`, FilePerEntry fsync, SQLite FULL;
@@ -283,9 +305,10 @@ public final class BenchmarkSuite {
         let size = 20_000
         let count = plan.operations(4_000)
         let durableCount = max(writers * 4, count / 4)
-        let values = (0..<count).map { pool.value(id: UInt64(9_000_000 + $0), size: size) }
         let workload = "\(writers) writers put 20KB"
         func put(_ engine: any BlobStoring & Sendable, tag: String, count: Int) throws {
+            // New bytes for every row (as in `putAndGet`): no row times deduplication.
+            let values = Self.putValues(pool, size: size, count: count, tag: tag, base: 9_000_000)
             progress("\(workload) × \(count): \(engine.name)")
             let m = try measureConcurrently(count, threads: writers, settling: root, finish: engine.flush) { i in
                 try engine.put(values[i], key: "writers-\(tag)-\(i)", etag: "e\(i)")
