@@ -43,24 +43,41 @@ import TroveTestSupport
     }
 
     /// With the checkpointer gone (stopped here; in life: it fails, or falls behind), the
-    /// committer checkpoints itself once the log passes ``Store/walFrameLimit``: without that
-    /// the log of these puts would hold more than twice as many frames.
+    /// committer checkpoints itself once the log passes ``Store/walFrameLimit``, and not before:
+    /// the log grows past the checkpointer's threshold, restarts once the committer has copied
+    /// it, and never holds more than the limit and a cycle's pages.
+    ///
+    /// Puts go on until the log has restarted (or a bound shows it never does): how many log
+    /// frames a put costs depends on how many puts each commit carries, which a loaded machine
+    /// changes (a fixed count of 24 000 puts once left the log under the threshold in CI). Long
+    /// ETags make each put's row fill more of a page, so the limits come within fewer puts.
     @Test func theCommitterBoundsTheLogWhenTheCheckpointerDoesNotRun() async throws {
         try await withTemporaryDirectory { dir in
             let store = try openStore(dir) { $0.compactionInterval = nil }
             store.checkpointer.stop()
-            let count = 24_000
+            let metadata = EntryMetadata(etag: String(repeating: "e", count: 2_000))
+            var count = 0
             var largest: Int64 = 0
-            var mostFrames = 0
-            for i in 0..<count {
-                try store.put(Self.small(i), for: key(i))
-                if i % 1_000 == 999 {
-                    try store.flush()
-                    largest = max(largest, Self.walBytes(dir))
-                    mostFrames = max(mostFrames, try store.withIndex { $0.walFrames })
+            var peakBeforeRestart = 0
+            var lastFrames = 0
+            var restarted = false
+            while !restarted && count < 120_000 {
+                for i in count..<(count + 500) { try store.put(Self.small(i), for: key(i), metadata: metadata) }
+                count += 500
+                try store.flush()
+                largest = max(largest, Self.walBytes(dir))
+                let frames = try store.withIndex { $0.walFrames }
+                if frames < lastFrames {
+                    restarted = true
+                } else {
+                    peakBeforeRestart = frames
                 }
+                lastFrames = frames
             }
-            #expect(mostFrames > Store.maximumCheckpointFrames, "the committer checkpointed before its limit")
+            #expect(restarted, "the log never restarted within \(count) puts: the committer did not checkpoint it")
+            #expect(
+                peakBeforeRestart > Store.maximumCheckpointFrames,
+                "the committer checkpointed at \(peakBeforeRestart) frames, before its limit")
             #expect(largest <= Int64(Store.walFrameLimit + 4_000) * Self.frameBytes, "the log grew to \(largest) bytes")
             #expect(store.checkpointer.completedPasses == 0)
             for i in stride(from: 0, to: count, by: 11) { #expect(try store.data(for: key(i)) == Self.small(i)) }
