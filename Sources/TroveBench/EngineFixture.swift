@@ -16,9 +16,13 @@ public final class EngineFixture {
     public var engines: [any BlobStoring] { [trove, files, sqlite] }
 
     /// Creates the engines under `directory` and puts `population` entries of 4 KiB into each
-    /// (keys `pop-0` …; the same bytes in every engine and every run).
+    /// (keys `pop-0` …; the same bytes in every engine and every run). Each engine starts
+    /// empty: what an earlier run left in `directory/trove`, `files` or `sqlite` is removed
+    /// first, so that a reused directory's puts are new keys and new bytes again (kept, they
+    /// made every put row of the next run an overwrite, and Trove's a deduplication).
     public init(directory: String, population: Int) throws {
         self.directory = directory
+        for engine in ["trove", "files", "sqlite"] { try? FileManager.default.removeItem(atPath: directory + "/" + engine) }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         trove = try TroveEngine(directory: directory + "/trove")
         files = try FilePerEntryEngine(directory: directory + "/files")

@@ -204,14 +204,15 @@ public struct FileOrigin: OriginFetching {
     /// Whether the stored response the validators describe is the file as it is now.
     static func isNotModified(_ validators: Validators, entityTag: String, modifiedSeconds: Int64) -> Bool {
         if let stored = validators.entityTag {
-            return opaqueTag(stored) == opaqueTag(entityTag)
+            // By bytes (RFC 9110 §8.8.3), not as Swift strings.
+            return opaqueTag(stored).utf8.elementsEqual(opaqueTag(entityTag).utf8)
         }
         guard let stored = validators.lastModified, let date = HTTPDate(stored, now: Date()) else { return false }
         return modifiedSeconds <= date.secondsSince1970
     }
 
     private static func opaqueTag(_ tag: String) -> Substring {
-        tag.hasPrefix("W/") ? tag.dropFirst(2) : tag[...]
+        tag.utf8.starts(with: "W/".utf8) ? Substring(tag.utf8.dropFirst(2)) : tag[...]
     }
 
     // MARK: Errors

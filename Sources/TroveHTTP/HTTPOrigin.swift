@@ -148,8 +148,10 @@ public final class HTTPOrigin: OriginFetching {
         headers.add(name: "User-Agent", value: limits.userAgent)
         if request.requiresImage { headers.add(name: "Accept", value: "image/webp,image/png,image/jpeg,*/*;q=0.8") }
         headers.add(name: "Accept-Encoding", value: "identity")
-        if let entityTag = request.validators.entityTag { headers.add(name: "If-None-Match", value: entityTag) }
-        if let lastModified = request.validators.lastModified {
+        // Only validators read as the origin sent them (`Validators.isReadable`).
+        let validators = request.validators.sendable
+        if let entityTag = validators.entityTag { headers.add(name: "If-None-Match", value: entityTag) }
+        if let lastModified = validators.lastModified {
             headers.add(name: "If-Modified-Since", value: lastModified)
         }
         for name in Set(request.headers.map { $0.name.lowercased() }) { headers.remove(name: name) }

@@ -127,7 +127,7 @@ public final class OriginServer: Sendable {
     /// Serves `resource` at `path` (the request target without its query, e.g. `/a/b.jpg`).
     /// Setting a path again changes what it serves from the next request on.
     public func set(_ path: String, _ resource: OriginResource) {
-        precondition(path.hasPrefix("/"), "a resource path starts with /")
+        precondition(path.utf8.first == UInt8(ascii: "/"), "a resource path starts with /")
         state.set(path, resource)
     }
 

@@ -28,6 +28,14 @@ public struct EntryMetadata: Hashable, Sendable {
         self.expiresAt = expiresAt
         self.cachePolicy = cachePolicy
     }
+
+    /// Whether both say the same: the dates equal and the texts the same UTF-8 bytes, as stored
+    /// (`String`'s `==` would call canonically equivalent spellings of an ETag equal). The hash
+    /// stays the fields' own: byte-equal texts are equal strings.
+    public static func == (a: EntryMetadata, b: EntryMetadata) -> Bool {
+        a.expiresAt == b.expiresAt && a.etag.hasSameUTF8(as: b.etag) && a.lastModified.hasSameUTF8(as: b.lastModified)
+            && a.cachePolicy.hasSameUTF8(as: b.cachePolicy)
+    }
 }
 
 /// Everything a store knows about an entry except its bytes.

@@ -184,4 +184,16 @@ struct FileOriginTests {
             #expect(await task.value?.code == .cancelled)
         }
     }
+
+    /// A conditional request's entity tag is compared with the file's by bytes (RFC 9110
+    /// §8.8.3): a canonically equivalent spelling is another tag, and `W/` is two bytes.
+    @Test func entityTagsAreComparedByBytes() {
+        #expect(
+            !FileOrigin.isNotModified(Validators(entityTag: "\"caf\u{E9}\""), entityTag: "\"cafe\u{301}\"", modifiedSeconds: 0))
+        #expect(
+            !FileOrigin.isNotModified(Validators(entityTag: "W/\"caf\u{E9}\""), entityTag: "\"cafe\u{301}\"", modifiedSeconds: 0))
+        #expect(
+            FileOrigin.isNotModified(Validators(entityTag: "W/\"caf\u{E9}\""), entityTag: "\"caf\u{E9}\"", modifiedSeconds: 0))
+        #expect(FileOrigin.isNotModified(Validators(entityTag: "W/\u{301}\"a\""), entityTag: "\u{301}\"a\"", modifiedSeconds: 0))
+    }
 }

@@ -263,6 +263,27 @@ enum FreshnessFixture {
         #expect(F.judge([("ETag", "\"caf\u{E9}\""), ("ETag", " \"caf\u{E9}\"")]).validators.entityTag == "\"caf\u{E9}\"")
         #expect(Validators(entityTag: "\"caf\u{E9}\"") != Validators(entityTag: "\"cafe\u{301}\""))
         #expect(Validators(lastModified: "caf\u{E9}") != Validators(lastModified: "cafe\u{301}"))
+    }
+
+    @Test("A validator decoded with U+FFFD (bytes that were not UTF-8) identifies nothing and is not sent")
+    func unreadableValidators() {
+        let now = Date(timeIntervalSince1970: 1_700_000_000)
+        let lossy = "\"\u{FFFD}\""
+        #expect(!Validators.isReadable(lossy))
+        #expect(Validators.isReadable("W/\"caf\u{E9}\""))
+        #expect(!Validators(entityTag: lossy).areIdentified(byNotModified: Validators(entityTag: lossy), now: now))
+        #expect(
+            !Validators(entityTag: "W/" + lossy).areIdentified(byNotModified: Validators(entityTag: "W/" + lossy), now: now))
+        #expect(
+            !Validators(lastModified: "x\u{FFFD}").areIdentified(
+                byNotModified: Validators(lastModified: "x\u{FFFD}"), now: now))
+        #expect(Validators(entityTag: "\"a\"").areIdentified(byNotModified: Validators(entityTag: "\"a\""), now: now))
+        #expect(Validators(entityTag: lossy, lastModified: "m").sendable == Validators(lastModified: "m"))
+        #expect(Validators(entityTag: "\"a\"", lastModified: "\u{FFFD}").sendable == Validators(entityTag: "\"a\""))
+        // The weak indicator is two bytes, whatever follows them.
+        #expect(
+            Validators(entityTag: "\u{301}\"a\"").areIdentified(
+                byNotModified: Validators(entityTag: "W/\u{301}\"a\""), now: now))
         #expect(F.judge([]).validators.isEmpty)
     }
 }

@@ -364,4 +364,20 @@ struct OriginServerFieldTests {
             ConditionalRequest.isNotModified(
                 ifNoneMatch: ["W/\"caf\u{E9}\""], ifModifiedSince: nil, etag: "\"caf\u{E9}\"", lastModified: nil))
     }
+
+    /// The static directory's path checks work on bytes: a mark that would join a `/` to the
+    /// segment before it as a character cannot hide a `..` segment, a name may start with a
+    /// combining mark, and a query starts at the `?` byte.
+    @Test func requestPathsAreSplitByBytes() {
+        #expect(StaticDirectory.relativePath("/..") == nil)
+        #expect(StaticDirectory.relativePath("/d\u{600}/../x") == nil)
+        #expect(StaticDirectory.relativePath("/d%D8%80/../x") == nil)
+        #expect(StaticDirectory.relativePath("/a/./b") == nil)
+        #expect(StaticDirectory.relativePath("/a\u{0}b") == nil)
+        #expect(StaticDirectory.relativePath("/\u{301}x.jpg") == "\u{301}x.jpg")
+        #expect(StaticDirectory.relativePath("/sub/inside.jpg") == "sub/inside.jpg")
+        #expect(OriginConnectionHandler.path(of: "/a.jpg?\u{301}x") == "/a.jpg")
+        #expect(OriginConnectionHandler.path(of: "/a.jpg") == "/a.jpg")
+        #expect(OriginConnectionHandler.path(of: "?q") == "")
+    }
 }

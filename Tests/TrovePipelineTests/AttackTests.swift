@@ -526,6 +526,34 @@ import TroveTestSupport
         }
     }
 
+    /// Entity tags with bytes that are not UTF-8 arrive decoded with U+FFFD in their place
+    /// (SwiftNIO), so `"\xE9"` and `"\xE8"` read the same: a 304 carrying one must not freshen
+    /// a response stored under the other (found by an outside attack: the old bytes were served
+    /// as fresh for an hour).
+    @Test func aNotModifiedWithAnUnreadableETagFetchesTheWholeImage() async throws {
+        let old = try jpeg(seed: 31)
+        let new = try jpeg(seed: 61)
+        let lossy = "\"\u{FFFD}\""
+        let origin = ScriptedOrigin { request, index in
+            switch index {
+            case 0: .success(Self.response(200, request, body: old, headers: [("ETag", lossy), ("Cache-Control", "no-cache")]))
+            case 1: .success(Self.response(304, request, headers: [("ETag", lossy), ("Cache-Control", "max-age=3600")]))
+            default:
+                .success(Self.response(200, request, body: new, headers: [("ETag", "\"b\""), ("Cache-Control", "max-age=60")]))
+            }
+        }
+        try await withScriptedPipeline(origin) { pipeline, store, _, clock in
+            let url = "https://scripted.example/lossy.jpg"
+            _ = try await pipeline.image(for: url)
+            clock.advance(1)
+            let response = try await pipeline.image(for: url)
+            #expect(response.source == .network)
+            #expect(response.data == Data(new))
+            #expect(origin.requests.withLock { $0 }.count == 3)
+            #expect(try store.info(for: CacheKey(url: url))?.etag == "\"b\"")
+        }
+    }
+
     /// A transport that reports another `requestedURL` than the one asked for (a custom
     /// transport mapping URLs to a CDN, say). The pipeline knows which URL it asked for; it
     /// must never store one URL's bytes under another URL's key.

@@ -71,4 +71,26 @@ import TroveTestSupport
             try again.close()
         }
     }
+
+    /// Metadata round-trips byte for byte, and metadata equality sees bytes: a store that
+    /// normalised an ETag would fail here (`==` of strings would not notice).
+    @Test func metadataIsKeptAndComparedByBytes() async throws {
+        let composed = EntryMetadata(etag: "\"caf\u{E9}\"", lastModified: "caf\u{E9}", cachePolicy: "caf\u{E9}")
+        let decomposed = EntryMetadata(etag: "\"cafe\u{301}\"", lastModified: "cafe\u{301}", cachePolicy: "cafe\u{301}")
+        #expect(composed != decomposed)
+        #expect(EntryMetadata(etag: "\"caf\u{E9}\"") != EntryMetadata(etag: "\"cafe\u{301}\""))
+        #expect(EntryMetadata(lastModified: "caf\u{E9}") != EntryMetadata(lastModified: "cafe\u{301}"))
+        #expect(EntryMetadata(cachePolicy: "caf\u{E9}") != EntryMetadata(cachePolicy: "cafe\u{301}"))
+        #expect(EntryMetadata(expiresAt: Date(timeIntervalSince1970: 1)) != EntryMetadata(expiresAt: nil))
+        try await withTemporaryDirectory { dir in
+            let store = try openStore(dir) { $0.compactionInterval = nil }
+            try store.put(Data([1]), for: CacheKey(url: "https://k/1"), metadata: composed)
+            try store.put(Data([2]), for: CacheKey(url: "https://k/2"), metadata: decomposed)
+            try store.flush()
+            #expect(try store.info(for: CacheKey(url: "https://k/1"))?.metadata == composed)
+            #expect(try store.info(for: CacheKey(url: "https://k/2"))?.metadata == decomposed)
+            #expect(try store.info(for: CacheKey(url: "https://k/1"))?.metadata != decomposed)
+            try store.close()
+        }
+    }
 }

@@ -48,19 +48,25 @@ public struct Validators: Hashable, Sendable {
     ///   - notModified: The validators of the 304 response.
     ///   - now: The time the 304 was received (for reading an obsolete two-digit year).
     public func areIdentified(byNotModified notModified: Validators, now: Date) -> Bool {
+        // An unreadable validator (``isReadable(_:)``) on either side of a comparison
+        // identifies nothing: two different tags can read the same.
         if let tag = notModified.entityTag, !Self.isWeak(tag) {
-            guard let stored = entityTag, !Self.isWeak(stored) else { return false }
+            guard let stored = entityTag, !Self.isWeak(stored), Self.isReadable(stored), Self.isReadable(tag) else {
+                return false
+            }
             return stored.hasSameUTF8(as: tag)
         }
         // Validators are compared octet by octet (RFC 9110 §8.8.3), not as Swift strings, which
         // would call canonically equivalent spellings the same tag and freshen other bytes.
         if let tag = notModified.entityTag {
-            guard let stored = entityTag, Self.opaqueTag(stored).utf8.elementsEqual(Self.opaqueTag(tag).utf8) else {
+            guard let stored = entityTag, Self.isReadable(stored), Self.isReadable(tag),
+                Self.opaqueTag(stored).utf8.elementsEqual(Self.opaqueTag(tag).utf8)
+            else {
                 return false
             }
         }
         if let date = notModified.lastModified {
-            guard let stored = lastModified else { return false }
+            guard let stored = lastModified, Self.isReadable(stored), Self.isReadable(date) else { return false }
             if let new = HTTPDate(date, now: now), let old = HTTPDate(stored, now: now) {
                 guard new == old else { return false }
             } else {
@@ -77,7 +83,29 @@ public struct Validators: Hashable, Sendable {
             entityTag: notModified.entityTag ?? entityTag, lastModified: notModified.lastModified ?? lastModified)
     }
 
-    private static func isWeak(_ tag: String) -> Bool { tag.hasPrefix("W/") }
+    /// The validators a conditional request may send: the readable ones (``isReadable(_:)``).
+    /// An unreadable tag sent back is not the tag the origin sent, so it would never match.
+    public var sendable: Validators {
+        Validators(
+            entityTag: entityTag.flatMap { Self.isReadable($0) ? $0 : nil },
+            lastModified: lastModified.flatMap { Self.isReadable($0) ? $0 : nil })
+    }
 
-    private static func opaqueTag(_ tag: String) -> Substring { isWeak(tag) ? tag.dropFirst(2) : tag[...] }
+    /// Whether a validator's text is what the origin sent. HTTP field values are octets, and an
+    /// entity tag may hold bytes that are not UTF-8 (RFC 9110 §8.8.3: `obs-text`); the HTTP
+    /// client (SwiftNIO) decodes such bytes to U+FFFD, so `"\xE9"` and `"\xE8"` arrive as the same
+    /// text. A validator holding U+FFFD is therefore not compared, and not sent: a 304 can then
+    /// never freshen bytes another tag named (found by an outside attack).
+    public static func isReadable(_ text: String) -> Bool {
+        !text.unicodeScalars.contains("\u{FFFD}")
+    }
+
+    /// Whether `tag` starts with the weak indicator `W/`, by bytes (a combining mark after the
+    /// `/` would hide it from `String.hasPrefix`).
+    private static func isWeak(_ tag: String) -> Bool { tag.utf8.starts(with: "W/".utf8) }
+
+    private static func opaqueTag(_ tag: String) -> Substring {
+        guard isWeak(tag) else { return tag[...] }
+        return Substring(tag.utf8.dropFirst(2))
+    }
 }

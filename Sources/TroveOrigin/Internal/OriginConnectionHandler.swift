@@ -88,10 +88,9 @@ final class OriginConnectionHandler: ChannelInboundHandler {
         case .head(let head):
             requestHead = head
             requestOpen = true
-            let path = head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
             state.requestReceived(
                 OriginServer.ReceivedRequest(
-                    method: head.method.rawValue, target: head.uri, path: String(path),
+                    method: head.method.rawValue, target: head.uri, path: Self.path(of: head.uri),
                     headers: head.headers.map { (name: $0.name, value: $0.value) }, connection: connection ?? 0))
         case .body:
             break
@@ -102,10 +101,17 @@ final class OriginConnectionHandler: ChannelInboundHandler {
         }
     }
 
+    /// The request target without its query: up to the first `?` byte (by characters, a
+    /// combining mark after the `?` would hide it).
+    static func path(of target: String) -> String {
+        guard let question = target.utf8.firstIndex(of: UInt8(ascii: "?")) else { return target }
+        return String(Substring(target.utf8[..<question]))
+    }
+
     // MARK: Answering
 
     private func answer(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
-        let path = String(head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
+        let path = Self.path(of: head.uri)
         switch state.lookup(path) {
         case .resource(let stored):
             answer(head, with: stored, context: context)

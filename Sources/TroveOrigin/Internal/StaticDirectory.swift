@@ -77,12 +77,19 @@ struct StaticDirectory: Sendable {
         return StoredResource(resource: resource, body: body)
     }
 
-    /// The decoded path without its leading `/`, or nil when it is unsafe or malformed.
+    /// The decoded path without its leading `/`, or nil when it is unsafe or malformed. Split
+    /// and checked by bytes: split by characters, a combining or prepended mark would glue a
+    /// `/` to its neighbour and hide a `..` segment.
     static func relativePath(_ requestPath: String) -> String? {
-        guard requestPath.hasPrefix("/"), let decoded = percentDecoded(requestPath.dropFirst()) else { return nil }
-        let segments = decoded.split(separator: "/", omittingEmptySubsequences: false)
+        guard requestPath.utf8.first == UInt8(ascii: "/"),
+            let decoded = percentDecoded(Substring(requestPath.utf8.dropFirst()))
+        else { return nil }
+        let segments = decoded.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
         guard !segments.isEmpty,
-            segments.allSatisfy({ !$0.isEmpty && $0 != "." && $0 != ".." && !$0.contains("\0") })
+            segments.allSatisfy({ segment in
+                !segment.isEmpty && !segment.elementsEqual(".".utf8) && !segment.elementsEqual("..".utf8)
+                    && !segment.contains(0)
+            })
         else { return nil }
         return decoded
     }
