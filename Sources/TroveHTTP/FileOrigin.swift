@@ -204,15 +204,11 @@ public struct FileOrigin: OriginFetching {
     /// Whether the stored response the validators describe is the file as it is now.
     static func isNotModified(_ validators: Validators, entityTag: String, modifiedSeconds: Int64) -> Bool {
         if let stored = validators.entityTag {
-            // By bytes (RFC 9110 §8.8.3), not as Swift strings.
-            return opaqueTag(stored).utf8.elementsEqual(opaqueTag(entityTag).utf8)
+            // Weak comparison, by octets (RFC 9110 §8.8.3), not as Swift strings.
+            return Validators.weaklyMatch(stored, entityTag)
         }
         guard let stored = validators.lastModified, let date = HTTPDate(stored, now: Date()) else { return false }
         return modifiedSeconds <= date.secondsSince1970
-    }
-
-    private static func opaqueTag(_ tag: String) -> Substring {
-        tag.utf8.starts(with: "W/".utf8) ? Substring(tag.utf8.dropFirst(2)) : tag[...]
     }
 
     // MARK: Errors

@@ -59,11 +59,7 @@ public struct Validators: Hashable, Sendable {
         // Validators are compared octet by octet (RFC 9110 §8.8.3), not as Swift strings, which
         // would call canonically equivalent spellings the same tag and freshen other bytes.
         if let tag = notModified.entityTag {
-            guard let stored = entityTag, Self.isReadable(stored), Self.isReadable(tag),
-                Self.opaqueTag(stored).utf8.elementsEqual(Self.opaqueTag(tag).utf8)
-            else {
-                return false
-            }
+            guard let stored = entityTag, Self.weaklyMatch(stored, tag) else { return false }
         }
         if let date = notModified.lastModified {
             guard let stored = lastModified, Self.isReadable(stored), Self.isReadable(date) else { return false }
@@ -98,6 +94,12 @@ public struct Validators: Hashable, Sendable {
     /// never freshen bytes another tag named (found by an outside attack).
     public static func isReadable(_ text: String) -> Bool {
         !text.unicodeScalars.contains("\u{FFFD}")
+    }
+
+    /// Weak comparison (RFC 9110 §8.8.3.2): the tags' opaque parts, `W/` aside, are the same
+    /// octets; an unreadable tag (``isReadable(_:)``) matches none.
+    static func weaklyMatch(_ a: String, _ b: String) -> Bool {
+        isReadable(a) && isReadable(b) && opaqueTag(a).utf8.elementsEqual(opaqueTag(b).utf8)
     }
 
     /// Whether `tag` starts with the weak indicator `W/`, by bytes (a combining mark after the
