@@ -18,8 +18,10 @@ public enum Durability: String, Sendable, CaseIterable, CustomStringConvertible 
     /// the tombstones of a batch removal in progress).
     /// The default.
     case batched
-    /// Every put and remove is fdatasynced and committed before it returns; concurrent writers
-    /// share one fdatasync. A power loss loses nothing that was acknowledged.
+    /// Every put and remove is fdatasynced before it returns; concurrent writers share one
+    /// fdatasync. The index catches up in the background as under `batched` (a write does not
+    /// wait for it: the packs carry durability, and recovery replays what the index had not
+    /// committed). A power loss loses nothing that was acknowledged.
     case full
 
     public var description: String { rawValue }

@@ -32,8 +32,8 @@ extension Store {
     /// that segment, and in every older segment, is reflected by the index once it returns.
     @discardableResult
     func commitCycle(_ state: CommitState, flushReadTimes: Bool) throws(StoreError) -> (segment: UInt32, end: UInt64) {
-        groupCommit.cycleStarted()
-        defer { groupCommit.cycleEnded(committed: state.committedSequence) }
+        groupCommit.roundStarted()
+        defer { groupCommit.roundEnded(reached: state.committedSequence) }
         let snapshot = appender.withLock { $0.snapshot() }
         let bound = (segment: snapshot.active.id, end: snapshot.end)
         let now = ContinuousClock.now
@@ -61,7 +61,7 @@ extension Store {
         let sync: BackgroundSyncer.Job?
         do throws(StoreError) {
             if let refusal = snapshot.refusal { throw StoreError(pack: refusal) }
-            sync = try packSync(for: snapshot, moved: moved)
+            sync = try packSync(for: snapshot)
         } catch {
             // No cycle commits until the store is reopened: reads still fill the location map
             // and the read times, which are held to their bounds here (read times are advisory:
@@ -123,32 +123,60 @@ extension Store {
         return bound
     }
 
-    /// Starts the fdatasyncs that make `snapshot`'s pack bytes durable (none under
-    /// ``Durability/none``): its rotated segments, the active one when the cycle commits a
-    /// length for it other than ``CommitState/committedEnd`` (`moved`), and the packs directory
-    /// when segments were created. The caller waits for the job before it commits.
+    /// Starts the wait that makes `snapshot`'s pack bytes durable (none under
+    /// ``Durability/none``): every byte before its end, in its rotated segments and the active
+    /// one, and the packs directory's entries when segments were created — a sync of the pack
+    /// (``makeDurable(through:)``), shared with the writers waiting for one, and none at all
+    /// when one of theirs covered these bytes already. The caller waits for the job before it
+    /// commits.
     ///
     /// - Throws: ``StoreError/Code/syncFailed`` at once, without applying anything, when one of
     ///   those segments already failed a sync: none of its unsynced writes can be committed
     ///   until the store is reopened (``SegmentFile/synchronize()``).
-    private func packSync(
-        for snapshot: CommitSnapshot, moved: Bool
-    ) throws(StoreError) -> BackgroundSyncer.Job? {
+    private func packSync(for snapshot: CommitSnapshot) throws(StoreError) -> BackgroundSyncer.Job? {
         guard configuration.durability != .none else { return nil }
+        let files = snapshot.rotated.map(\.file) + [snapshot.active]
+        if let failure = files.lazy.compactMap(\.syncFailure).first { throw StoreError(pack: failure) }
         // The cycle commits the active segment's length whatever it carries (read times, say):
         // bytes inside that length are never replayed, so they must be on disk first — queued
         // writes' and the compactor's copies alike.
-        let files =
-            snapshot.rotated.map(\.file)
-            + (snapshot.writes.isEmpty && snapshot.created.isEmpty && !moved ? [] : [snapshot.active])
-        if let failure = files.lazy.compactMap(\.syncFailure).first { throw StoreError(pack: failure) }
-        let directory = snapshot.created.isEmpty ? nil : packsDirectory
-        guard !files.isEmpty || directory != nil else { return nil }
-        let faults = configuration.faultInjector
-        return syncer.submit {
-            for file in files { try file.synchronize() }
-            if let directory { try PackDirectory.synchronize(directory, faults: faults) }
+        let through = PackPosition(segment: snapshot.active.id, offset: snapshot.end)
+        guard !groupSync.hasReached(through) else { return nil }
+        return syncer.submit { [self] in try makeDurable(through: through) }
+    }
+
+    /// Returns once every byte appended to the pack before `through` is durable, and the packs
+    /// directory's entry of every segment that holds one: a sync another writer or a commit
+    /// cycle leads covers it, or this call leads one (``groupSync``), which covers every byte
+    /// appended so far. (A `full` write waits here, not for an index commit: the packs carry
+    /// durability, and recovery replays what the index has not committed.)
+    ///
+    /// - Throws: ``StoreError/Code/syncFailed`` when the sync fails, or failed before (a
+    ///   segment refuses every sync after a failed one until the store is reopened), `.io` when
+    ///   the directory's fails; the refusal opening left (``AppendState/unsyncedTails``).
+    func makeDurable(through: PackPosition) throws(StoreError) {
+        try groupSync.wait(for: through) { () throws(StoreError) in try syncPack() }
+    }
+
+    /// One sync of the pack (the leader of a ``groupSync`` round): fdatasyncs the segments
+    /// sealed since the last sync and the active segment, then the packs directory when
+    /// rotations created segments since; returns the place every byte before which is durable.
+    /// Held: no store lock (it takes `appender` briefly, before and after).
+    private func syncPack() throws(StoreError) -> PackPosition {
+        let (unsynced, refusal) = appender.withLock { ($0.unsynced(), $0.unsyncedTails) }
+        // Tails opening could not make durable are never reported durable in this opening.
+        if let refusal { throw StoreError(pack: refusal) }
+        do {
+            for file in unsynced.sealed { try file.synchronize() }
+            try unsynced.active.synchronize()
+            if unsynced.creations > 0 {
+                try PackDirectory.synchronize(packsDirectory, faults: configuration.faultInjector)
+            }
+        } catch {
+            throw StoreError(pack: error)
         }
+        appender.withLock { $0.synced(sealed: unsynced.sealed.count, creations: unsynced.creations) }
+        return unsynced.through
     }
 
     /// Log frames (pages written by commits) at which a commit asks the checkpointer to copy

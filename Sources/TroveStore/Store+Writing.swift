@@ -15,7 +15,8 @@ extension Store {
     /// a blob record is appended to the active segment. The write is visible to every reader
     /// in this process when `put` returns, and durable as ``Configuration/durability`` says:
     /// `none` and `batched` return after the append (the index catches up in the background),
-    /// `full` returns after the bytes are synced and the index row is committed.
+    /// `full` returns after the bytes are synced (the index catches up in the background, and
+    /// recovery replays what it had not committed).
     ///
     /// - Parameters:
     ///   - data: the bytes, at most ``maximumValueLength``.
@@ -29,8 +30,9 @@ extension Store {
     /// - Complexity: one XXH3-128 pass over `data`, at most two indexed lookups on a reader
     ///   connection (none for a new key with new bytes: the key filter and dedup hints answer),
     ///   one `pwritev` (the blob and link records together). No index write and no fsync on the
-    ///   caller's thread: under `full` (and back-pressure) it waits for a commit cycle, which
-    ///   it may lead (Docs/Architecture.md, group commit).
+    ///   caller's thread: under `full` it waits for an fdatasync of the pack, and under
+    ///   back-pressure for a commit cycle, either of which it may lead for the writers waiting
+    ///   with it (Docs/Architecture.md, group commit).
     public func put(_ data: Data, for key: CacheKey, metadata: EntryMetadata = EntryMetadata()) throws(StoreError) {
         // `withUnsafeBytes` does not carry a typed error through: a Result does.
         try data.withUnsafeBytes { bytes in
@@ -48,7 +50,7 @@ extension Store {
     /// Stores `data` under `key` like ``put(_:for:metadata:)-(Data,_,_)`` if that does not
     /// have to wait; otherwise writes nothing and returns nil.
     ///
-    /// A put waits under ``Durability/full`` durability (for its sync and index commit), under
+    /// A put waits under ``Durability/full`` durability (for the sync of its bytes), under
     /// back-pressure (when the queue of writes the index has not caught up with is full, the
     /// writer waits for a commit cycle, which it may lead), and right after opening while the
     /// dedup hints load (a pass over the blob rows, on a thread of the store's; a put that
@@ -423,21 +425,21 @@ extension Store {
         return tombstone.sequence
     }
 
-    /// After a write is queued: `full` commits it before returning (sharing one fdatasync with
-    /// every write queued meanwhile: ``GroupCommit``); otherwise a full batch wakes the
-    /// committer, and a queue at its bound makes the writer wait until the queue's oldest
-    /// writes are committed (back-pressure, bounded memory and un-synced window): the cycle in
-    /// flight, or one the writer leads when none is — not a cycle that covers its own write,
-    /// which would wait for two cycles (the one in flight, then its own) where one is enough.
-    /// Woken with the queue still at its bound (other writers refilled it), it waits for the
-    /// new oldest writes, so puts never take the queue past its bound by more than the two
-    /// records each writer may add before it sees the bound (a batch removal adds its
-    /// tombstones at once). Once its own write is committed, a later cycle's error is not
-    /// thrown to it.
+    /// After a write is queued: under `full` it waits until its record is durable — one
+    /// fdatasync shared with every writer waiting at the same moment (``makeDurable(through:)``),
+    /// not for an index commit: the index catches up as under `batched`, and recovery replays
+    /// what it has not committed. Then a full batch wakes the committer, and a queue at its
+    /// bound makes the writer wait until the queue's oldest writes are committed
+    /// (back-pressure, bounded memory and un-synced window): the cycle in flight, or one the
+    /// writer leads when none is — not a cycle that covers its own write, which would wait for
+    /// two cycles (the one in flight, then its own) where one is enough. Woken with the queue
+    /// still at its bound (other writers refilled it), it waits for the new oldest writes, so
+    /// puts never take the queue past its bound by more than the two records each writer may
+    /// add before it sees the bound (a batch removal adds its tombstones at once). Once its own
+    /// write is committed, a later cycle's error is not thrown to it.
     private func afterWrite(_ write: QueuedWrite) throws(StoreError) {
         if configuration.durability == .full {
-            try waitForCommit(of: write.sequence)
-            return
+            try makeDurable(through: write.end)
         }
         guard write.queueLength >= backPressureQueueLength else {
             if write.queueLength >= configuration.batchSize { background.wake() }
@@ -466,7 +468,7 @@ extension Store {
     /// Waits until the write with sequence number `sequence` is committed, leading a cycle
     /// when none runs (group commit).
     private func waitForCommit(of sequence: UInt64) throws(StoreError) {
-        try groupCommit.waitForCommit(of: sequence) { () throws(StoreError) in
+        try groupCommit.wait(for: sequence + 1) { () throws(StoreError) in
             try commitPending(through: sequence)
         }
     }

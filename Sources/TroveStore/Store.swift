@@ -61,13 +61,21 @@ public final class Store: Sendable {
     let background = BackgroundCommitter()
     /// Checkpoints the index's log off the committer thread, when a commit cycle asks.
     let checkpointer: BackgroundCheckpointer
-    /// Runs each commit cycle's fdatasyncs beside its index apply (used under `committer`).
+    /// Runs each commit cycle's wait for the pack's durability beside its index apply (used
+    /// under `committer`).
     let syncer = BackgroundSyncer()
     /// Frees what the location map lets go of at its limit, off the commit cycle.
     let reclaimer = Reclaimer()
-    /// How writes that wait for their commit share cycles. Taken with no store lock held; its
-    /// leader takes `committer` after releasing it.
-    let groupCommit = GroupCommit()
+    /// How writes that wait for their commit (back-pressure) share cycles: the committed
+    /// sequence. Taken with no store lock held; its leader takes `committer` after releasing it.
+    let groupCommit = GroupWait<UInt64>(reached: 0)
+    /// How the pack's syncs are shared (``syncPack()``): how far the pack is durable. Every
+    /// fdatasync of the active segment and of the segments sealed since (and the packs
+    /// directory's after a rotation) goes through it — a `full` write's and a commit cycle's
+    /// alike — so a write that waits for its bytes never waits for an index commit, and a
+    /// cycle whose bytes a writer's sync covered syncs nothing. Taken with no store lock held;
+    /// its leader takes `appender` briefly, before and after the syncs.
+    let groupSync = GroupWait<PackPosition>(reached: .start)
     /// Loads what opening leaves to the background, so that opening costs the entry ids alone:
     /// the dedup hints (``loadDedupHints(_:path:stopped:)``; a put arriving first loads them or
     /// waits for this load), then the entry digest table's places
@@ -147,7 +155,7 @@ public final class Store: Sendable {
         self.appender = Locked(
             AppendState(
                 pack: opened.pack, nextSequence: opened.nextSequence, format: opened.pack.segment.format,
-                faults: configuration.faultInjector))
+                syncs: configuration.durability != .none, faults: configuration.faultInjector))
         appender.withLock { $0.unsyncedTails = opened.unsyncedTails }
         // Seen at once, not only after the first refused cycle.
         if let unsynced = opened.unsyncedTails { shared.withLock { $0.backgroundError = StoreError(pack: unsynced) } }

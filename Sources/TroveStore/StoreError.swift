@@ -89,6 +89,11 @@ extension StoreError {
     }
 
     init(pack anyError: any Error) {
+        // A StoreError passed up through an untyped call (a sync job's) stays as it is.
+        if let error = anyError as? StoreError {
+            self = error
+            return
+        }
         guard let error = anyError as? PackError else {
             self.init(code: .io, message: "\(anyError)")
             return

@@ -47,7 +47,8 @@ import TroveTestSupport
     }
 
     /// While the pack's sync is held, the cycle's apply has run but nothing is committed; once
-    /// the sync returns, the row is.
+    /// the sync returns, the row is. Under `full` the put itself leads that sync (and does not
+    /// return while it is held); the flush's cycle then finds the bytes durable already.
     @Test(arguments: [Durability.batched, .full])
     func noRowIsCommittedBeforeItsBytesAreSynced(durability: Durability) async throws {
         try await withTemporaryDirectory { dir in
@@ -58,11 +59,12 @@ import TroveTestSupport
                 held.armed.withLock { $0 = true }
                 let done = DispatchSemaphore(value: 0)
                 let failure = Locked<(any Error)?>(nil)
+                let putReturned = Locked(false)
                 Thread.detachNewThread {
                     do {
                         try store.put(value, for: key(1))
-                        // A `full` put has committed before it returns; `batched` needs the flush.
-                        if durability == .batched { try store.flush() }
+                        putReturned.withLock { $0 = true }
+                        try store.flush()
                     } catch { failure.withLock { $0 = error } }
                     done.signal()
                 }
@@ -70,6 +72,9 @@ import TroveTestSupport
                 // Time for the apply beside the held sync (it takes well under a millisecond).
                 usleep(300_000)
                 #expect(try Self.committedRow(dir, key(1)) == nil, "a row was committed before its bytes were synced")
+                if durability == .full {
+                    #expect(!putReturned.withLock { $0 }, "a full put returned before its bytes were synced")
+                }
                 held.armed.withLock { $0 = false }
                 held.release.signal()
                 done.wait()
@@ -111,19 +116,79 @@ import TroveTestSupport
         }
     }
 
-    /// Under `full`, eight writers share cycles (``GroupCommit``) and each put returns only once
-    /// its row is committed — read through a connection of the test's own as the put returns —
-    /// also when a leader's sync fails: its followers lead cycles of their own, which fail, as
-    /// does every write after it (the store refuses writes until reopened); none returns
-    /// success for a write that is not committed.
-    @Test(arguments: [false, true])
-    func everyFullPutIsCommittedWhenItReturns(failingOnce: Bool) async throws {
+    /// A `full` write waits for the sync of its bytes, not for the index: it returns while the
+    /// test holds the committer (no cycle can run), having synced the pack; the commit that
+    /// follows finds those bytes durable and syncs nothing again.
+    @Test func aFullWriteWaitsForItsSyncNotForTheIndex() async throws {
         try await withTemporaryDirectory { dir in
             try await offPool {
                 let syncs = Locked(0)
                 let store = try openStore(dir, durability: .full) { configuration in
                     configuration.compactionInterval = nil
-                    // Only the writers run cycles, so the failed sync is always a writer's.
+                    configuration.batchInterval = .seconds(3600)
+                    configuration.accessTimeFlushInterval = .seconds(3600)
+                    configuration.faultInjector = FaultInjector { operation, path in
+                        if operation == .sync, path.hasSuffix(".pack") { syncs.withLock { $0 += 1 } }
+                        return nil
+                    }
+                }
+                let value = Data(testBytes(seed: 5, count: 9_000))
+                let before = syncs.withLock { $0 }
+                let returned = store.committer.withLock { _ in
+                    let done = DispatchSemaphore(value: 0)
+                    Thread.detachNewThread {
+                        if (try? store.put(value, for: key(1))) != nil { done.signal() }
+                    }
+                    return done.wait(timeout: .now() + 30) == .success
+                }
+                #expect(returned, "a full put waited for the committer")
+                let synced = syncs.withLock { $0 }
+                #expect(synced == before + 1, "the put's own sync")
+                #expect(try Self.committedRow(dir, key(1)) == nil)
+                try store.flush()
+                #expect(try Self.committedRow(dir, key(1)) != nil)
+                #expect(syncs.withLock { $0 } == synced, "the commit synced bytes a writer's sync covered")
+                #expect(try store.data(for: key(1)) == value)
+                try store.close()
+            }
+        }
+    }
+
+    /// The end of `key`'s newest record still queued (not committed): its segment and the
+    /// offset past it; nil when none is queued.
+    static func queuedEnd(_ store: Store, _ key: CacheKey) -> (segment: UInt32, end: UInt64)? {
+        store.appender.withLock { state in
+            var found: (segment: UInt32, end: UInt64)?
+            for write in state.queue {
+                let named: CacheKey? =
+                    switch write.record.content {
+                    case .link(let link): link.key
+                    case .tombstone(let tombstone): CacheKey(url: tombstone.url, variant: tombstone.variant)
+                    case .blob: nil
+                    }
+                if named == key { found = (write.segment, write.record.offset + write.record.length) }
+            }
+            return found
+        }
+    }
+
+    /// Under `full`, eight writers share the pack's syncs (``GroupWait``) and each put or
+    /// removal returns only once its record is durable — checked against a sync of the test's
+    /// own, run as each of the store's begins, which records how much of the file it made
+    /// durable — also when a leader's sync fails: its followers lead syncs of their own, which
+    /// fail at once, as does every write after it (the store refuses writes until reopened);
+    /// none returns success for a write that is not durable. What the index has not committed
+    /// when they return, the next opening replays.
+    @Test(arguments: [false, true])
+    func everyFullWriteIsDurableWhenItReturns(failingOnce: Bool) async throws {
+        try await withTemporaryDirectory { dir in
+            try await offPool {
+                let syncs = Locked(0)
+                // By segment path: how many of its bytes a sync has made durable.
+                let durable = Locked<[String: UInt64]>([:])
+                let store = try openStore(dir, durability: .full) { configuration in
+                    configuration.compactionInterval = nil
+                    // Only the writers run syncs, so the failed sync is always a writer's.
                     configuration.batchInterval = .seconds(3600)
                     configuration.accessTimeFlushInterval = .seconds(3600)
                     configuration.faultInjector = FaultInjector { operation, path in
@@ -131,8 +196,23 @@ import TroveTestSupport
                         let n = syncs.withLock {
                             $0 += 1; return $0
                         }
-                        return failingOnce && n == 20 ? .error(EIO) : nil
+                        if failingOnce && n == 20 { return .error(EIO) }
+                        // The size before the sync: every byte of it is durable once it returns.
+                        var info = stat()
+                        guard stat(path, &info) == 0 else { return .error(EIO) }
+                        let fd = open(path, O_RDONLY)
+                        guard fd >= 0, fdatasync(fd) == 0 else { return .error(EIO) }
+                        close(fd)
+                        durable.withLock { $0[path] = max($0[path] ?? 0, UInt64(info.st_size)) }
+                        return nil
                     }
+                }
+                let packs = dir + "/store/packs"
+                /// Whether `key`'s newest queued record, if any, is inside what a sync made durable.
+                @Sendable func isDurable(_ key: CacheKey) -> Bool {
+                    guard let queued = Self.queuedEnd(store, key) else { return true }
+                    let path = PackDirectory.segmentPath(queued.segment, in: packs)
+                    return durable.withLock { $0[path] ?? 0 } >= queued.end
                 }
                 let writers = 8
                 let perWriter = 25
@@ -146,11 +226,6 @@ import TroveTestSupport
                     group.enter()
                     Thread.detachNewThread {
                         defer { group.leave() }
-                        let index: IndexDatabase
-                        do { index = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: true) } catch {
-                            problems.withLock { $0.append("\(error)") }
-                            return
-                        }
                         for j in 0..<perWriter {
                             let i = w * 1_000 + j
                             let value = Data(testBytes(seed: UInt64(i), count: 2_000 + j * 10))
@@ -161,12 +236,8 @@ import TroveTestSupport
                                 failed.withLock { $0 += 1 }
                                 continue
                             }
-                            do {
-                                if try index.entryRow(digest: key(i).digest) == nil {
-                                    problems.withLock { $0.append("\(key(i)) returned before its row was committed") }
-                                }
-                            } catch {
-                                problems.withLock { $0.append("\(key(i)): \(error)") }
+                            if !isDurable(key(i)) {
+                                problems.withLock { $0.append("\(key(i)) returned before its record was synced") }
                             }
                             // A removal is one record (a put is two): it waits the same way.
                             guard j % 5 == 4 else { continue }
@@ -174,8 +245,8 @@ import TroveTestSupport
                             do {
                                 try store.remove(key(i))
                                 removalAcknowledged.withLock { _ = $0.insert(i) }
-                                if try index.entryRow(digest: key(i).digest) != nil {
-                                    problems.withLock { $0.append("removing \(key(i)) returned before it was committed") }
+                                if !isDurable(key(i)) {
+                                    problems.withLock { $0.append("removing \(key(i)) returned before it was synced") }
                                 }
                             } catch {
                                 // Still queued: it takes effect once the index catches up.
@@ -218,7 +289,7 @@ import TroveTestSupport
         }
     }
 
-    /// A leader whose sync fails does not release its followers as committed: each leads a cycle
+    /// A leader whose sync fails does not release its followers as durable: each leads a sync
     /// of its own, which fails at once — without asking the kernel for a second sync, which
     /// would succeed whether or not the bytes reached the disk.
     @Test func followersOfAFailedLeaderFailWithoutASecondSync() async throws {
@@ -262,15 +333,15 @@ import TroveTestSupport
                         group.leave()
                     }
                 }
-                // Cycle 1 holds writer 0's write alone (its snapshot was taken before its sync
-                // began); the others queue meanwhile and follow.
+                // Sync 1 covers writer 0's write alone (it read how far to sync before it
+                // began); the others append meanwhile and follow.
                 startWriter(0)
                 try nextSync("first sync")
                 for w in 1..<writers { startWriter(w) }
                 while store.appender.withLock({ $0.queue.count }) < 2 * writers { usleep(1_000) }
                 usleep(100_000)
                 release.signal()
-                // Cycle 2 takes the other five; its sync fails, and so does every follower's cycle.
+                // Sync 2 covers the other five; it fails, and so does every follower's own sync.
                 try nextSync("second sync")
                 usleep(100_000)
                 release.signal()
@@ -279,9 +350,13 @@ import TroveTestSupport
                 #expect(final[0] == true, "the first cycle's writer: \(final)")
                 #expect(final.values.filter { $0 }.count == 1, "a follower returned success after the failed sync: \(final)")
                 #expect(syncs.withLock { $0 } == 2, "a sync was asked again after it failed")
-                #expect(try Self.committedRow(dir, key(0)) != nil)
+                // Nothing commits after the failed sync; writer 0's write is durable, and the
+                // next opening replays it.
                 for w in 1..<writers { #expect(try Self.committedRow(dir, key(w)) == nil) }
                 #expect(throws: StoreError.self) { try store.close() }
+                let reopened = try openStore(dir) { $0.compactionInterval = nil }
+                #expect(try reopened.data(for: key(0)) == Data(testBytes(seed: 0, count: 3_000)))
+                try reopened.close()
             }
         }
     }

@@ -273,9 +273,10 @@ import TroveTestSupport
         }
     }
 
-    /// Reads keep working on a full disk; writes fail with a typed error; a put that failed at
-    /// its index commit (its record in the pack) takes effect once there is room again — the
-    /// rule Docs/Architecture.md states — and everything acknowledged is kept.
+    /// Reads keep working on a full disk; writes fail with a typed error; a put whose index
+    /// commit failed (its record in the pack: a `full` put is acknowledged once it is synced,
+    /// before the index catches up) takes effect once there is room again — the rule
+    /// Docs/Architecture.md states — and everything acknowledged is kept.
     @Test(.enabled(if: isRoot, "mounting a tmpfs needs root"))
     func aFullDiskKeepsReadsAndLosesNothing() async throws {
         try await withTemporaryDirectory { dir in
@@ -307,6 +308,14 @@ import TroveTestSupport
                         do {
                             try full.put(late, for: Self.keys[1])
                             model[Self.keys[1]] = .some(late)
+                            // Acknowledged once its record is synced: the index catches up
+                            // after, and its commit is what the full disk refuses.
+                            do {
+                                try full.flush()
+                            } catch let error as StoreError {
+                                #expect(error.code == .index, "\(context): \(error)")
+                                failedAt = .index
+                            }
                         } catch let error as StoreError {
                             #expect([.io, .index].contains(error.code), "\(context): \(error)")
                             failedAt = error.code
@@ -407,6 +416,13 @@ import TroveTestSupport
                         model[Self.keys[2]] = nil
                     } catch let error as StoreError where error.code == .index {
                         model[Self.keys[2]] = nil
+                        pending = true
+                    } catch is StoreError {}
+                    // Acknowledged once synced: the index commit the full disk refuses is the
+                    // flush's (or a back-pressured write's, above).
+                    do {
+                        try full.flush()
+                    } catch let error as StoreError where error.code == .index {
                         pending = true
                     } catch is StoreError {}
                     guard pending else {

@@ -41,14 +41,23 @@ final class AppendState: @unchecked Sendable {
     var rotated: [(file: SegmentFile, end: UInt64)] = []
     /// Segments created by rotation since the last commit.
     var created: [UInt32] = []
+    /// Whether syncs are kept track of (every durability but `none`): then the pack's syncs
+    /// (``Store/syncPack()``) take the two lists below.
+    let syncs: Bool
+    /// Segments sealed by rotation whose last bytes no sync of the pack has covered yet, oldest
+    /// first (``Store/syncPack()`` removes those it synced).
+    private(set) var unsyncedSealed: [SegmentFile] = []
+    /// Segments created by rotation whose directory entry no sync of the pack has made durable.
+    private(set) var unsyncedCreations = 0
     /// Set by close(); every write after it throws ``StoreError/Code/closed``.
     var isClosed = false
     /// Segments the compactor is rewriting: a put must not deduplicate onto a blob in one of
     /// them (the blob may be reclaimed before the put's link is applied); it appends the bytes.
     var reclaiming: Set<UInt32> = []
 
-    init(pack: PackWriter, nextSequence: UInt64, format: SegmentFormat, faults: FaultInjector?) {
+    init(pack: PackWriter, nextSequence: UInt64, format: SegmentFormat, syncs: Bool, faults: FaultInjector?) {
         self.pack = pack
+        self.syncs = syncs
         self.nextSequence = nextSequence
         self.releasedSequence = nextSequence
         self.format = format
@@ -74,7 +83,24 @@ final class AppendState: @unchecked Sendable {
         }
         rotated.append((old, pack.end))
         created.append(id)
+        if syncs {
+            unsyncedSealed.append(old)
+            unsyncedCreations += 1
+        }
         pack.rotate(to: file)
+    }
+
+    /// What the next sync of the pack covers: the sealed segments and creations no sync has
+    /// covered yet, the active segment, and the place it reaches — every byte appended so far.
+    func unsynced() -> (sealed: [SegmentFile], creations: Int, active: SegmentFile, through: PackPosition) {
+        (unsyncedSealed, unsyncedCreations, pack.segment, PackPosition(segment: pack.segment.id, offset: pack.end))
+    }
+
+    /// A sync of the pack made the first `sealed` segments of ``unsyncedSealed`` and the first
+    /// `creations` creations durable (rotations since stay to the next).
+    func synced(sealed: Int, creations: Int) {
+        unsyncedSealed.removeFirst(sealed)
+        unsyncedCreations -= creations
     }
 
     /// The failed sync that makes the store refuse writes until it is reopened, if any: of the
@@ -106,6 +132,8 @@ struct QueuedWrite {
     /// No write with a lower sequence number is still queued: a commit through this sequence
     /// shortens the queue.
     var oldestQueued: UInt64
+    /// The end of the pack once the write was appended: a sync through it makes it durable.
+    var end: PackPosition
 }
 
 /// What a commit cycle takes from the appender, under its lock, in one step.
@@ -154,7 +182,9 @@ extension AppendState {
 
     /// The write with sequence number `sequence`, just queued: what its writer may wait for.
     func queued(_ sequence: UInt64) -> QueuedWrite {
-        QueuedWrite(sequence: sequence, queueLength: queue.count, oldestQueued: releasedSequence)
+        QueuedWrite(
+            sequence: sequence, queueLength: queue.count, oldestQueued: releasedSequence,
+            end: PackPosition(segment: pack.segment.id, offset: pack.end))
     }
 
     /// The keys with a write still in the queue; with `removalsOnly`, those with a queued
