@@ -344,7 +344,9 @@ extension Store {
         try refuseNUL(metadata.cachePolicy, "cache policy")
     }
 
-    /// Removes the entry for `key`.
+    /// Removes the entry for `key`. Durable as ``Configuration/durability`` says, like a put;
+    /// under `full`, also when it finds no entry because another writer's removal (not yet
+    /// synced) took it: it returns once that removal is durable.
     ///
     /// - Returns: whether there was one.
     @discardableResult
@@ -402,7 +404,15 @@ extension Store {
             }
             removed += 1
         }
-        if let last { try afterWrite(last) }
+        if let last {
+            try afterWrite(last)
+        } else if configuration.durability == .full, !keys.isEmpty {
+            // No entry to remove — perhaps because another writer's tombstone, appended but not
+            // yet synced, removed it: under `full` the absence this returns must be durable too,
+            // so it waits for the bytes appended so far (at once when a sync covered them).
+            let end = try withAppender { PackPosition(segment: $0.pack.segment.id, offset: $0.pack.end) }
+            try makeDurable(through: end)
+        }
         return removed
     }
 

@@ -154,6 +154,42 @@ import TroveTestSupport
         }
     }
 
+    /// Under `full`, a removal that finds the key already removed by another writer's tombstone
+    /// — appended, not yet synced — returns only once that tombstone is durable: what it reports
+    /// (no entry) must survive a power loss too. (Found by an outside attack: it returned at
+    /// once.)
+    @Test func aFullRemovalOfAKeyBeingRemovedWaitsForThatRemovalsSync() async throws {
+        try await withTemporaryDirectory { dir in
+            try await offPool {
+                let held = HeldSync()
+                let store = try openStore(dir, durability: .full, Self.configure(held))
+                try store.put(Data(testBytes(seed: 3, count: 2_000)), for: key(3))
+                held.armed.withLock { $0 = true }
+                let first = DispatchSemaphore(value: 0)
+                Thread.detachNewThread {
+                    _ = try? store.remove(key(3))
+                    first.signal()
+                }
+                held.started.wait()
+                let second = DispatchSemaphore(value: 0)
+                let reported = Locked<Bool?>(nil)
+                Thread.detachNewThread {
+                    reported.withLock { $0 = try? store.remove(key(3)) }
+                    second.signal()
+                }
+                let returnedEarly = second.wait(timeout: .now() + .milliseconds(300)) == .success
+                #expect(!returnedEarly, "the second removal returned before the first one's tombstone was synced")
+                held.armed.withLock { $0 = false }
+                held.release.signal()
+                #expect(first.wait(timeout: .now() + 30) == .success)
+                if !returnedEarly { #expect(second.wait(timeout: .now() + 30) == .success) }
+                #expect(reported.withLock { $0 } == false)
+                #expect(try store.data(for: key(3)) == nil)
+                try store.close()
+            }
+        }
+    }
+
     /// The end of `key`'s newest record still queued (not committed): its segment and the
     /// offset past it; nil when none is queued.
     static func queuedEnd(_ store: Store, _ key: CacheKey) -> (segment: UInt32, end: UInt64)? {
