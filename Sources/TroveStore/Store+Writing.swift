@@ -29,10 +29,11 @@ extension Store {
     ///   (Docs/Architecture.md, "Failed writes"). Never a partial value.
     /// - Complexity: one XXH3-128 pass over `data`, at most two indexed lookups on a reader
     ///   connection (none for a new key with new bytes: the key filter and dedup hints answer),
-    ///   one `pwritev` (the blob and link records together). No index write and no fsync on the
-    ///   caller's thread: under `full` it waits for an fdatasync of the pack, and under
-    ///   back-pressure for a commit cycle, either of which it may lead for the writers waiting
-    ///   with it (Docs/Architecture.md, group commit).
+    ///   one `pwritev` (the blob and link records together). No index write on the caller's
+    ///   thread, and no fsync unless durability is `full`: then it waits for an fdatasync of
+    ///   the pack, which it may run itself for the writers waiting with it; under
+    ///   back-pressure it waits for a commit cycle, which it may lead (Docs/Architecture.md,
+    ///   group commit, shared syncs).
     public func put(_ data: Data, for key: CacheKey, metadata: EntryMetadata = EntryMetadata()) throws(StoreError) {
         // `withUnsafeBytes` does not carry a typed error through: a Result does.
         try data.withUnsafeBytes { bytes in

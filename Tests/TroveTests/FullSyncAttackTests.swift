@@ -107,23 +107,6 @@ final class DurabilityTracker: Sendable {
 /// acknowledged put, removal and metadata update is durable as it returns — its bytes and its
 /// segment's directory entry — and no committed row points at bytes that are not.
 @Suite(.serialized) struct FullSyncAttackTests {
-    /// The newest queued record for `key` (link or tombstone): its segment and end.
-    static func queuedEnd(_ store: Store, _ key: CacheKey) -> (segment: UInt32, end: UInt64)? {
-        store.appender.withLock { state in
-            var found: (segment: UInt32, end: UInt64)?
-            for write in state.queue {
-                let named: CacheKey? =
-                    switch write.record.content {
-                    case .link(let link): link.key
-                    case .tombstone(let tombstone): CacheKey(url: tombstone.url, variant: tombstone.variant)
-                    case .blob: nil
-                    }
-                if named == key { found = (write.segment, write.record.offset + write.record.length) }
-            }
-            return found
-        }
-    }
-
     /// Checks a just-acknowledged put: its link and its blob (which dedup may have put in an older segment).
     static func putProblem(_ store: Store, _ key: CacheKey, _ tracker: DurabilityTracker) -> String? {
         if let slot = store.shared.withLock({ $0.map.slot(for: key) }), case .present(let e) = slot {
@@ -135,7 +118,7 @@ final class DurabilityTracker: Sendable {
             }
             return nil
         }
-        if let q = queuedEnd(store, key) { return tracker.problem(segment: q.segment, end: q.end) }
+        if let q = CommitCycleTests.queuedEnd(store, key) { return tracker.problem(segment: q.segment, end: q.end) }
         return nil
     }
 
@@ -195,7 +178,9 @@ final class DurabilityTracker: Sendable {
                                 }
                                 if j % 4 == 3 {
                                     try store.remove(k)
-                                    if let q = Self.queuedEnd(store, k), let p = tracker.problem(segment: q.segment, end: q.end) {
+                                    if let q = CommitCycleTests.queuedEnd(store, k),
+                                        let p = tracker.problem(segment: q.segment, end: q.end)
+                                    {
                                         problems.withLock { $0.append("remove \(k): \(p)") }
                                     }
                                 } else if j % 4 == 1 {
