@@ -107,6 +107,20 @@ final class DurabilityTracker: Sendable {
 /// acknowledged put, removal and metadata update is durable as it returns — its bytes and its
 /// segment's directory entry — and no committed row points at bytes that are not.
 @Suite(.serialized) struct FullSyncAttackTests {
+    /// Starts `count` writer threads, each running `body` with its number; the group ends when
+    /// all have returned.
+    static func startWriters(_ count: Int = 6, _ body: @escaping @Sendable (Int) -> Void) -> DispatchGroup {
+        let group = DispatchGroup()
+        for w in 0..<count {
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                body(w)
+            }
+        }
+        return group
+    }
+
     /// Checks a just-acknowledged put: its link and its blob (which dedup may have put in an older segment).
     static func putProblem(_ store: Store, _ key: CacheKey, _ tracker: DurabilityTracker) -> String? {
         if let slot = store.shared.withLock({ $0.map.slot(for: key) }), case .present(let e) = slot {
@@ -163,35 +177,30 @@ final class DurabilityTracker: Sendable {
                 tracker.seed()
                 let problems = Locked<[String]>([])
                 let stop = Locked(false)
-                let group = DispatchGroup()
                 let values = (0..<6).map { Data(testBytes(seed: UInt64(100 + $0), count: 700 + $0 * 150)) }
-                for w in 0..<6 {
-                    group.enter()
-                    Thread.detachNewThread {
-                        defer { group.leave() }
-                        for j in 0..<60 {
-                            let k = key(w * 10_000 + j)
-                            do {
-                                try store.put(values[(w + j) % values.count], for: k)
-                                if let p = Self.putProblem(store, k, tracker) {
-                                    problems.withLock { $0.append("put \(k): \(p)") }
-                                }
-                                if j % 4 == 3 {
-                                    try store.remove(k)
-                                    if let q = CommitCycleTests.queuedEnd(store, k),
-                                        let p = tracker.problem(segment: q.segment, end: q.end)
-                                    {
-                                        problems.withLock { $0.append("remove \(k): \(p)") }
-                                    }
-                                } else if j % 4 == 1 {
-                                    try store.updateMetadata(EntryMetadata(etag: "\"e\(j)\""), for: k)
-                                    if let p = Self.putProblem(store, k, tracker) {
-                                        problems.withLock { $0.append("update \(k): \(p)") }
-                                    }
-                                }
-                            } catch {
-                                problems.withLock { $0.append("\(k): unexpected error \(error)") }
+                let group = Self.startWriters { w in
+                    for j in 0..<60 {
+                        let k = key(w * 10_000 + j)
+                        do {
+                            try store.put(values[(w + j) % values.count], for: k)
+                            if let p = Self.putProblem(store, k, tracker) {
+                                problems.withLock { $0.append("put \(k): \(p)") }
                             }
+                            if j % 4 == 3 {
+                                try store.remove(k)
+                                if let q = CommitCycleTests.queuedEnd(store, k),
+                                    let p = tracker.problem(segment: q.segment, end: q.end)
+                                {
+                                    problems.withLock { $0.append("remove \(k): \(p)") }
+                                }
+                            } else if j % 4 == 1 {
+                                try store.updateMetadata(EntryMetadata(etag: "\"e\(j)\""), for: k)
+                                if let p = Self.putProblem(store, k, tracker) {
+                                    problems.withLock { $0.append("update \(k): \(p)") }
+                                }
+                            }
+                        } catch {
+                            problems.withLock { $0.append("\(k): unexpected error \(error)") }
                         }
                     }
                 }
@@ -234,27 +243,22 @@ final class DurabilityTracker: Sendable {
                 tracker.seed()
                 let problems = Locked<[String]>([])
                 let codes = Locked<[String: Int]>([:])
-                let group = DispatchGroup()
-                for w in 0..<6 {
-                    group.enter()
-                    Thread.detachNewThread {
-                        defer { group.leave() }
-                        for j in 0..<40 {
-                            let k = key(w * 10_000 + j)
-                            let failedBefore = tracker.state.withLock { $0.failedSegmentAt != nil }
-                            do throws(StoreError) {
-                                try store.put(Data(testBytes(seed: UInt64(w * 1000 + j), count: 900)), for: k)
-                                if failedBefore {
-                                    problems.withLock { $0.append("put \(k) started after the failure and succeeded") }
-                                }
-                                if let p = Self.putProblem(store, k, tracker) {
-                                    problems.withLock { $0.append("put \(k): \(p)") }
-                                }
-                            } catch {
-                                codes.withLock { $0["\(error.code)", default: 0] += 1 }
-                                if failedBefore && error.code != .syncFailed {
-                                    problems.withLock { $0.append("put \(k) after failure: \(error.code) \(error)") }
-                                }
+                let group = Self.startWriters { w in
+                    for j in 0..<40 {
+                        let k = key(w * 10_000 + j)
+                        let failedBefore = tracker.state.withLock { $0.failedSegmentAt != nil }
+                        do throws(StoreError) {
+                            try store.put(Data(testBytes(seed: UInt64(w * 1000 + j), count: 900)), for: k)
+                            if failedBefore {
+                                problems.withLock { $0.append("put \(k) started after the failure and succeeded") }
+                            }
+                            if let p = Self.putProblem(store, k, tracker) {
+                                problems.withLock { $0.append("put \(k): \(p)") }
+                            }
+                        } catch {
+                            codes.withLock { $0["\(error.code)", default: 0] += 1 }
+                            if failedBefore && error.code != .syncFailed {
+                                problems.withLock { $0.append("put \(k) after failure: \(error.code) \(error)") }
                             }
                         }
                     }
@@ -299,21 +303,16 @@ final class DurabilityTracker: Sendable {
                 afterOpen.withLock { $0 = true }
                 let problems = Locked<[String]>([])
                 let codes = Locked<[String: Int]>([:])
-                let group = DispatchGroup()
-                for w in 0..<6 {
-                    group.enter()
-                    Thread.detachNewThread {
-                        defer { group.leave() }
-                        for j in 0..<30 {
-                            let k = key(w * 10_000 + j)
-                            do throws(StoreError) {
-                                try store.put(Data(testBytes(seed: UInt64(w * 1000 + j), count: 900)), for: k)
-                                if let p = Self.putProblem(store, k, tracker) {
-                                    problems.withLock { $0.append("put \(k): \(p)") }
-                                }
-                            } catch {
-                                codes.withLock { $0["\(error.code)", default: 0] += 1 }
+                let group = Self.startWriters { w in
+                    for j in 0..<30 {
+                        let k = key(w * 10_000 + j)
+                        do throws(StoreError) {
+                            try store.put(Data(testBytes(seed: UInt64(w * 1000 + j), count: 900)), for: k)
+                            if let p = Self.putProblem(store, k, tracker) {
+                                problems.withLock { $0.append("put \(k): \(p)") }
                             }
+                        } catch {
+                            codes.withLock { $0["\(error.code)", default: 0] += 1 }
                         }
                     }
                 }
@@ -341,23 +340,18 @@ final class DurabilityTracker: Sendable {
                     tracker.seed()
                     let problems = Locked<[String]>([])
                     let acknowledged = Locked<[Int]>([])
-                    let group = DispatchGroup()
-                    for w in 0..<6 {
-                        group.enter()
-                        Thread.detachNewThread {
-                            defer { group.leave() }
-                            for j in 0..<200 {
-                                let i = w * 10_000 + j
-                                do throws(StoreError) {
-                                    try store.put(value(i, size: 800), for: key(i))
-                                    acknowledged.withLock { $0.append(i) }
-                                    if let p = Self.putProblem(store, key(i), tracker) {
-                                        problems.withLock { $0.append("put \(i): \(p)") }
-                                    }
-                                } catch {
-                                    if error.code != .closed { problems.withLock { $0.append("\(i): \(error.code) \(error)") } }
-                                    return
+                    let group = Self.startWriters { w in
+                        for j in 0..<200 {
+                            let i = w * 10_000 + j
+                            do throws(StoreError) {
+                                try store.put(value(i, size: 800), for: key(i))
+                                acknowledged.withLock { $0.append(i) }
+                                if let p = Self.putProblem(store, key(i), tracker) {
+                                    problems.withLock { $0.append("put \(i): \(p)") }
                                 }
+                            } catch {
+                                if error.code != .closed { problems.withLock { $0.append("\(i): \(error.code) \(error)") } }
+                                return
                             }
                         }
                     }
