@@ -55,12 +55,23 @@ public final class PackWriter {
     public private(set) var end: UInt64
     /// The size past which ``needsRotation(forAppending:)`` asks for a new segment.
     public let segmentSizeLimit: UInt64
+    /// Zeros kept ahead of the writes (``ZeroFill``); nil: none.
+    public var zeroFill: ZeroFillPolicy?
+    /// At least the file's size: no record lies in the segment at or past ``end``, and from
+    /// ``end`` to here the file holds zeros, a hole, or nothing.
+    private var prepared: UInt64
+    /// The fill claimed and not yet absorbed: no record goes past its start before it ends.
+    private var filling: ZeroFill?
+    /// A fill of this segment failed: no more are claimed in it.
+    private var fillsStopped = false
 
-    /// Makes a writer that appends to `segment` (a segment of the current version) at `end`.
+    /// Makes a writer that appends to `segment` (a segment of the current version) at `end`,
+    /// where the file ends.
     public init(segment: SegmentFile, end: UInt64, segmentSizeLimit: UInt64) {
         self.segment = segment
         self.end = end
         self.segmentSizeLimit = segmentSizeLimit
+        self.prepared = end
     }
 
     /// Whether appending `bytes` more would pass the size limit of a segment that already holds
@@ -69,10 +80,55 @@ public final class PackWriter {
         end > segment.headerSize && end + bytes > segmentSizeLimit
     }
 
-    /// Continues in `segment`, a new, empty segment.
+    /// Continues in `segment`, a new, empty segment (after ``finishSegment()``).
     public func rotate(to segment: SegmentFile) {
+        precondition(filling == nil, "finishSegment() comes before rotate(to:)")
         self.segment = segment
         self.end = segment.headerSize
+        self.prepared = end
+        self.fillsStopped = false
+    }
+
+    /// Ends the filling of the segment and cuts what lies past its last record (zeros ahead
+    /// of the writes, or what a failed write left), so that it ends with its last record:
+    /// before a rotation seals it, and when the store closes. Waits for the zeros of a fill in
+    /// flight (which would land past the cut), not for its sync.
+    ///
+    /// - Throws: ``PackError/Code/io`` when the cut fails (zeros stay, which the scanner reads
+    ///   as the segment's end and opening cuts).
+    public func finishSegment() throws {
+        if let filling {
+            _ = filling.waitUntilWritten()
+            self.filling = nil
+            fillsStopped = true
+        }
+        // The file's own size: a failed write may have left bytes past the end as well.
+        if try segment.size() > end { try segment.truncate(to: end) }
+        prepared = end
+    }
+
+    /// Absorbs the fill in flight once its zeros are written (waiting for them when `waiting`).
+    private func absorbFill(waiting: Bool) {
+        guard let filling, waiting || filling.isWritten else { return }
+        if !filling.waitUntilWritten() { fillsStopped = true }
+        // Zeros, or (after a failed write) part of them: the file ends inside the range at most.
+        prepared = max(prepared, filling.range.upperBound)
+        self.filling = nil
+    }
+
+    /// Claims the next fill when fewer than half a chunk of zeros is left ahead of ``end``, up
+    /// to the segment's size limit. The first fill of a segment starts a quarter chunk past the
+    /// end, so that the writes right after a rotation do not wait for it.
+    private func claimFill() {
+        guard let policy = zeroFill, !fillsStopped else { return }
+        absorbFill(waiting: false)
+        guard filling == nil, prepared < end + policy.chunk / 2 else { return }
+        let lower = max(prepared, end + policy.chunk / 4)
+        let upper = min(lower + policy.chunk, segmentSizeLimit)
+        guard lower < upper else { return }
+        let fill = ZeroFill(segment: segment, range: lower..<upper)
+        filling = fill
+        policy.start(fill)
     }
 
     /// The total length of a blob record holding `payloadLength` bytes.
@@ -176,8 +232,13 @@ public final class PackWriter {
 
     private func append(_ parts: [UnsafeRawBufferPointer]) throws -> UInt64 {
         let offset = end
+        let newEnd = offset + UInt64(parts.reduce(0) { $0 + $1.count })
+        // Records never go where a fill in flight writes zeros.
+        if let filling, newEnd > filling.range.lowerBound { absorbFill(waiting: true) }
         try segment.write(parts, at: offset)
-        end = offset + UInt64(parts.reduce(0) { $0 + $1.count })
+        end = newEnd
+        prepared = max(prepared, end)
+        if zeroFill != nil { claimFill() }
         return offset
     }
 }

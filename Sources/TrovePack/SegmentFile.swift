@@ -183,6 +183,20 @@ public final class SegmentFile: Sendable {
         try SystemCall.pwrite(descriptor, parts, at: offset, path: path, faults: faults)
     }
 
+    /// Writes zeros over `range` (``ZeroFill``), a megabyte per system call.
+    public func writeZeros(_ range: Range<UInt64>) throws {
+        let chunk = 1 << 20
+        let zeros = UnsafeMutableRawBufferPointer.allocate(byteCount: chunk, alignment: 16)
+        defer { zeros.deallocate() }
+        zeros.initializeMemory(as: UInt8.self, repeating: 0)
+        var offset = range.lowerBound
+        while offset < range.upperBound {
+            let count = Int(min(UInt64(chunk), range.upperBound - offset))
+            try write([UnsafeRawBufferPointer(rebasing: zeros[0..<count])], at: offset)
+            offset += UInt64(count)
+        }
+    }
+
     /// Makes written data durable (fdatasync).
     ///
     /// A failed sync is final for this opening of the file: Linux marks the pages whose
@@ -207,6 +221,27 @@ public final class SegmentFile: Sendable {
                 if slot == nil { slot = failure }
                 return slot!
             }
+        }
+    }
+
+    /// Syncs the file through a descriptor opened for it (``ZeroFill``), beside the syncs of
+    /// the file's own descriptor. Linux reports a writeback error once to each open file
+    /// description, so a failure this sync sees is still reported to the next sync of the
+    /// file's own descriptor (two syncs of one descriptor at once could each leave the other's
+    /// failure unseen). A failure here is kept as the file's all the same, so the next
+    /// ``synchronize()`` refuses at once; a success proves nothing to it.
+    public func synchronizeSeparately() {
+        do {
+            let fd = try SystemCall.open(path, flags: O_RDONLY, faults: faults)
+            defer { SystemCall.close(fd) }
+            try SystemCall.fdatasync(fd, path: path, faults: faults)
+        } catch {
+            let failure = PackError(
+                code: .syncFailed,
+                message: "\(error.message); bytes written to this segment since its last sync may not be on disk, "
+                    + "and a later sync cannot prove they are, so it refuses every sync until the store is reopened",
+                path: path, errno: error.errno)
+            failedSync.withLock { if $0 == nil { $0 = failure } }
         }
     }
 

@@ -66,6 +66,9 @@ public final class Store: Sendable {
     let syncer = BackgroundSyncer()
     /// Frees what the location map lets go of at its limit, off the commit cycle.
     let reclaimer = Reclaimer()
+    /// Writes the zeros the active segment keeps ahead of its writes (``ZeroFill``,
+    /// ``Configuration/zeroFill``); its jobs hold the segment, not the store.
+    let preparer = WorkerThread(name: "trove-preparer")
     /// How writes that wait for their commit (back-pressure) share cycles: the committed
     /// sequence. Taken with no store lock held; its leader takes `committer` after releasing it.
     let groupCommit = GroupWait<UInt64>(reached: 0)
@@ -184,6 +187,7 @@ public final class Store: Sendable {
             do { try supersede(opened.supersede) } catch { shared.withLock { $0.backgroundError = error } }
         }
         background.start(interval: min(configuration.batchInterval, configuration.accessTimeFlushInterval))
+        startZeroFills()
         // The jobs hold what they use, not the store: a store released during a load must not
         // be closed on the loader's own thread (close() waits for that thread). The hints first:
         // a put that misses one stores a second copy for good, a get without a place only asks
@@ -191,6 +195,19 @@ public final class Store: Sendable {
         loadDedupHints()
         let (committer, digests, path, stopped) = (committer, entryDigests, directory + "/index.sqlite", loadsStopped)
         loader.enqueue { Self.loadPlaces(committer: committer, digests: digests, path: path, stopped: stopped) }
+    }
+
+    /// Keeps zeros ahead of the active segment's writes (``Configuration/zeroFill``): the
+    /// writer claims each fill (``PackWriter``), the preparer's thread writes and syncs it.
+    /// The jobs hold the segment, not the store.
+    private func startZeroFills() {
+        let chunk = configuration.effectiveZeroFill
+        guard chunk > 0 else { return }
+        let preparer = preparer
+        let policy = ZeroFillPolicy(chunk: UInt64(chunk)) { fill in
+            if !preparer.enqueue({ fill.run() }) { fill.cancel() }
+        }
+        appender.withLock { $0.pack.zeroFill = policy }
     }
 
     /// Loads the dedup hints on the loader's thread, unless a put loaded them first.
@@ -298,6 +315,10 @@ public final class Store: Sendable {
                 if queued { failure = error }
             }
         }
+        // The active segment ends with its last record again (best effort: opening cuts zeros
+        // left ahead of writes too).
+        appender.withLock { try? $0.pack.finishSegment() }
+        preparer.stop()
         checkpointer.stop()
         syncer.stop()
         reclaimer.stop()

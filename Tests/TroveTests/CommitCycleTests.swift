@@ -37,6 +37,8 @@ import TroveTestSupport
             configuration.batchInterval = .seconds(3600)
             configuration.accessTimeFlushInterval = .seconds(3600)
             configuration.compactionInterval = nil
+            // The syncs held are the writers' and the cycles'; ZeroFillTests hold a fill's.
+            configuration.zeroFill = 0
         }
     }
 
@@ -124,6 +126,7 @@ import TroveTestSupport
             try await offPool {
                 let syncs = Locked(0)
                 let store = try openStore(dir, durability: .full) { configuration in
+                    configuration.zeroFill = 0  // every sync counted is a writer's or a cycle's
                     configuration.compactionInterval = nil
                     configuration.batchInterval = .seconds(3600)
                     configuration.accessTimeFlushInterval = .seconds(3600)
@@ -215,14 +218,20 @@ import TroveTestSupport
     /// fail at once, as does every write after it (the store refuses writes until reopened);
     /// none returns success for a write that is not durable. What the index has not committed
     /// when they return, the next opening replays.
-    @Test(arguments: [false, true])
-    func everyFullWriteIsDurableWhenItReturns(failingOnce: Bool) async throws {
+    ///
+    /// With zeros kept ahead of the writes (`zeroFill`), a sync makes durable the records
+    /// written when it began — the active segment's end, not its file size; the fills' own
+    /// syncs are left out of the model (the store never counts on them).
+    @Test(arguments: [false, true], [0, 16_384])
+    func everyFullWriteIsDurableWhenItReturns(failingOnce: Bool, zeroFill: Int64) async throws {
         try await withTemporaryDirectory { dir in
             try await offPool {
                 let syncs = Locked(0)
                 // By segment path: how many of its bytes a sync has made durable.
                 let durable = Locked<[String: UInt64]>([:])
+                let opened = Locked<Store?>(nil)
                 let store = try openStore(dir, durability: .full) { configuration in
+                    configuration.zeroFill = zeroFill
                     configuration.compactionInterval = nil
                     // Only the writers run syncs, so the failed sync is always a writer's.
                     configuration.batchInterval = .seconds(3600)
@@ -233,16 +242,33 @@ import TroveTestSupport
                             $0 += 1; return $0
                         }
                         if failingOnce && n == 20 { return .error(EIO) }
-                        // The size before the sync: every byte of it is durable once it returns.
+                        // What the segment held before the sync — its records, where zeros
+                        // lie ahead of them — is durable once it returns.
                         var info = stat()
                         guard stat(path, &info) == 0 else { return .error(EIO) }
+                        let filling =
+                            (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8))?
+                            .hasPrefix("trove-preparer") == true
+                        // (Never on the preparer's thread: a writer may hold the appender
+                        // while it waits for the zeros of the fill queued behind this one.)
+                        let records =
+                            filling
+                            ? nil
+                            : opened.withLock { $0 }.map { store in
+                                store.appender.withLock { $0.pack.segment.path == path ? $0.pack.end : nil }
+                            }
                         let fd = open(path, O_RDONLY)
                         guard fd >= 0, fdatasync(fd) == 0 else { return .error(EIO) }
                         close(fd)
-                        durable.withLock { $0[path] = max($0[path] ?? 0, UInt64(info.st_size)) }
+                        if !filling {
+                            let end = (records ?? nil) ?? UInt64(info.st_size)
+                            durable.withLock { $0[path] = max($0[path] ?? 0, end) }
+                        }
                         return nil
                     }
                 }
+                opened.withLock { $0 = store }
+                defer { opened.withLock { $0 = nil } }
                 let packs = dir + "/store/packs"
                 /// Whether `key`'s newest queued record, if any, is inside what a sync made durable.
                 @Sendable func isDurable(_ key: CacheKey) -> Bool {
@@ -337,6 +363,7 @@ import TroveTestSupport
                 let syncs = Locked(0)
                 let armed = Locked(false)  // after the open's own syncs
                 let store = try openStore(dir, durability: .full) { configuration in
+                    configuration.zeroFill = 0  // every sync counted is a writer's or a cycle's
                     configuration.compactionInterval = nil
                     configuration.batchInterval = .seconds(3600)
                     configuration.accessTimeFlushInterval = .seconds(3600)

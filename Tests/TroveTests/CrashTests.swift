@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import TroveCore
+import TrovePack
 import TroveStoreTestSupport
 import TroveTestSupport
 
@@ -33,11 +34,15 @@ import TroveTestSupport
         }
     }
 
-    static func launch(store: String, seed: UInt64, durability: Durability, segmentSize: Int, compacting: Bool = false) throws
-        -> Child
-    {
+    static func launch(
+        store: String, seed: UInt64, durability: Durability, segmentSize: Int, compacting: Bool = false,
+        zeroFill: Int? = nil
+    ) throws -> Child {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: productsDirectory + "/CrashWriter")
+        if let zeroFill {
+            process.environment = ProcessInfo.processInfo.environment.merging(["TROVE_ZERO_FILL": String(zeroFill)]) { $1 }
+        }
         process.arguments = [store, String(seed), durability.rawValue, String(segmentSize)] + (compacting ? ["compact"] : [])
         let pipe = Pipe()
         process.standardOutput = pipe
@@ -102,7 +107,19 @@ import TroveTestSupport
         }
     }
 
-    func runKillRounds(_ dir: String, rounds: Int, segmentSize: Int, compacting: Bool) throws {
+    /// The same with zeros kept ahead of the writes at every level (`zeroFill`, 16 KiB fills
+    /// in 256 KiB segments): kills land while fills write and sync, so openings find zeros past
+    /// the last record, records torn inside zeros, and segments sealed before their zeros were
+    /// cut.
+    @Test func sigkillWithZerosAheadOfTheWritesLosesNoAcknowledgedWrite() async throws {
+        try await withTemporaryDirectory { dir in
+            try await offPool {
+                try runKillRounds(dir, rounds: 18, segmentSize: 256 << 10, compacting: false, zeroFill: 16 << 10)
+            }
+        }
+    }
+
+    func runKillRounds(_ dir: String, rounds: Int, segmentSize: Int, compacting: Bool, zeroFill: Int? = nil) throws {
         let storePath = dir + "/store"
         var model = Model()
         var generator = SeededGenerator(seed: compacting ? 78 : 77)
@@ -114,7 +131,7 @@ import TroveTestSupport
             let durability = Durability.allCases[round % 3]
             let child = try Self.launch(
                 store: storePath, seed: UInt64(round + 1), durability: durability, segmentSize: segmentSize,
-                compacting: compacting)
+                compacting: compacting, zeroFill: zeroFill)
             // Kill sometimes during open and recovery, mostly while writing: then after some
             // work, at a random moment.
             let writing = round % 6 != 5
@@ -142,6 +159,12 @@ import TroveTestSupport
 
             let store = try openStore(dir, durability: durability, segmentSize: Int64(segmentSize)) {
                 $0.compactionInterval = nil
+                $0.zeroFill = zeroFill.map(Int64.init)
+            }
+            if zeroFill != nil {
+                // Opening cut every zero past the records; the writer resumes at the file's end.
+                let end = store.appender.withLock { ($0.pack.segment, $0.pack.end) }
+                #expect(try end.0.size() == end.1, "round \(round)")
             }
             tornTails += store.recoveryReport.truncatedTails.count
             #expect(store.recoveryReport.missingSegments.isEmpty, "round \(round)")

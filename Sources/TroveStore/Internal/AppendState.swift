@@ -70,6 +70,8 @@ final class AppendState: @unchecked Sendable {
         let old = pack.segment
         let id = old.id + 1
         let file: SegmentFile
+        // The sealed segment ends with its last record (no zeros ahead of writes).
+        do { try pack.finishSegment() } catch { throw StoreError(pack: error) }
         do {
             file = try SegmentFile.create(
                 id: id, in: packs, createdAt: createdAt, format: format, synchronize: false, faults: faults)

@@ -1,0 +1,84 @@
+import Foundation
+
+/// Zeros written into a segment ahead of its writer, and synced, on a thread other than the
+/// writer's.
+///
+/// A write that extends a file makes its `fdatasync` commit the file system's journal (new
+/// blocks, a new size); a write that lands inside the file's size, on blocks the file already
+/// has, makes the `fdatasync` write the data and flush the disk's cache only. On this machine's
+/// ext4 that sync costs 150–276 µs instead of 219–297 µs, the filling paid for
+/// (Docs/Benchmarks.md, "zeros ahead of `full` writes"). The price: every byte is written to
+/// the disk twice, and the file holds up to a chunk of zeros past its records, which
+/// ``SegmentScanner`` reads as the end of the segment (``ScanReport/zeroTail``) and which
+/// sealing and opening cut away.
+///
+/// A fill is claimed and absorbed by ``PackWriter`` only, under its owner's lock; no record is
+/// written into `range` before the fill has finished (the zeros would land on it).
+public final class ZeroFill: Sendable {
+    /// The segment the zeros go into.
+    public let segment: SegmentFile
+    /// Where they go: past every record written, and past the file's end when claimed.
+    public let range: Range<UInt64>
+    private let condition = NSCondition()
+    // Read and written only with `condition` locked.
+    nonisolated(unsafe) private var outcome: Bool?
+
+    init(segment: SegmentFile, range: Range<UInt64>) {
+        self.segment = segment
+        self.range = range
+    }
+
+    /// Writes the zeros, lets the writer use them, then syncs the segment through a descriptor
+    /// of the fill's own (``SegmentFile/synchronizeSeparately()``), which never hides a failure
+    /// from the writer's syncs.
+    public func run() {
+        let written = (try? segment.writeZeros(range)) != nil
+        finish(written)
+        if written { segment.synchronizeSeparately() }
+    }
+
+    /// Ends the fill without writing anything (its thread is gone).
+    public func cancel() {
+        finish(false)
+    }
+
+    private func finish(_ written: Bool) {
+        condition.lock()
+        outcome = written
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Whether the zeros are written (or the fill ended without them): records may go into
+    /// `range` from now on (a record written after the zeros overwrites them; the sync covers
+    /// both).
+    var isWritten: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return outcome != nil
+    }
+
+    /// Waits until the zeros are written or the fill has ended without them; whether every
+    /// zero was written.
+    func waitUntilWritten() -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        while outcome == nil { condition.wait() }
+        return outcome!
+    }
+}
+
+/// How a ``PackWriter`` keeps zeros ahead of its writes (``ZeroFill``).
+public struct ZeroFillPolicy: Sendable {
+    /// The bytes one fill writes; the next is claimed when fewer than half of them are left
+    /// ahead of the writes.
+    public var chunk: UInt64
+    /// Runs a claimed fill on another thread: ``ZeroFill/run()``, or ``ZeroFill/cancel()``
+    /// when it cannot.
+    public var start: @Sendable (ZeroFill) -> Void
+
+    public init(chunk: UInt64, start: @escaping @Sendable (ZeroFill) -> Void) {
+        self.chunk = chunk
+        self.start = start
+    }
+}

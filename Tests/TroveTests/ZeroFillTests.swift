@@ -1,0 +1,201 @@
+import Foundation
+import Testing
+import TroveCore
+import TrovePack
+import TroveStoreTestSupport
+import TroveTestSupport
+
+@_spi(Testing) @testable import TroveStore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Zeros kept ahead of the writes (`Configuration.zeroFill`, ``ZeroFill``): they are written
+/// and synced off the write path, never land on a record, never count as damage, and are cut
+/// when a segment is sealed, when the store closes, and when it opens after a crash.
+@Suite struct ZeroFillTests {
+    static func value(_ i: Int) -> Data { Data(testBytes(seed: UInt64(i), count: 2_500 + i % 700)) }
+
+    /// The data end and file size of the active segment.
+    static func active(_ store: Store) throws -> (segment: SegmentFile, end: UInt64, size: UInt64) {
+        let (segment, end) = store.appender.withLock { ($0.pack.segment, $0.pack.end) }
+        return (segment, end, try segment.size())
+    }
+
+    /// Every segment file of the store, scanned: its report.
+    static func scans(_ dir: String) throws -> [UInt32: ScanReport] {
+        let packs = dir + "/store/packs"
+        var reports: [UInt32: ScanReport] = [:]
+        for id in try PackDirectory.segmentIDs(in: packs) {
+            let file = try SegmentFile.open(id: id, in: packs, writable: false)
+            reports[id] = try SegmentScanner.scan(file) { _ in }
+        }
+        return reports
+    }
+
+    /// Eight writers at `full` with small fills and segments: zeros lie ahead of the active
+    /// segment's records while the store is open; every sealed segment ends with its last
+    /// record; closing cuts the zeros; every value reads back before and after reopening.
+    @Test func zerosLieAheadOfTheWritesAndAreCutWhenSealedAndClosed() async throws {
+        try await withTemporaryDirectory { dir in
+            try await offPool {
+                let store = try openStore(dir, durability: .full, segmentSize: 512 << 10) {
+                    $0.zeroFill = 32 << 10
+                    $0.compactionInterval = nil
+                }
+                let sawZeros = Locked(false)
+                let group = DispatchGroup()
+                for w in 0..<8 {
+                    group.enter()
+                    Thread.detachNewThread {
+                        defer { group.leave() }
+                        for j in 0..<60 {
+                            let i = w * 1_000 + j
+                            try? store.put(Self.value(i), for: key(i))
+                            if let a = try? Self.active(store), a.size > a.end { sawZeros.withLock { $0 = true } }
+                        }
+                    }
+                }
+                group.wait()
+                #expect(sawZeros.withLock { $0 }, "no fill ever got ahead of the writes")
+                for w in 0..<8 {
+                    for j in 0..<60 { #expect(try store.data(for: key(w * 1_000 + j)) == Self.value(w * 1_000 + j)) }
+                }
+                let activeID = store.appender.withLock { $0.pack.segment.id }
+                let reports = try Self.scans(dir)
+                #expect(reports.count >= 3, "the writes rotated segments")
+                for (id, report) in reports {
+                    #expect(report.damage.isEmpty, "segment \(id): \(report.damage)")
+                    if id != activeID { #expect(report.zeroTail == nil, "sealed segment \(id) kept zeros") }
+                }
+                try store.close()
+                for (id, report) in try Self.scans(dir) {
+                    #expect(report.damage.isEmpty && report.zeroTail == nil, "segment \(id) after close")
+                }
+                let reopened = try openStore(dir) { $0.compactionInterval = nil }
+                #expect(reopened.recoveryReport.isClean)
+                for w in 0..<8 {
+                    for j in 0..<60 { #expect(try reopened.data(for: key(w * 1_000 + j)) == Self.value(w * 1_000 + j)) }
+                }
+                #expect(try reopened.fsck().isClean)
+                try reopened.close()
+            }
+        }
+    }
+
+    /// A store that stopped with zeros ahead of its writes (here: the files as a crash leaves
+    /// them, zeros appended after close) opens without damage, cuts them, and keeps writing.
+    /// Zeros where the index reflects records are damage all the same: reported, never served.
+    @Test func openingCutsZerosAndReportsThoseWhereRecordsWere() async throws {
+        try await withTemporaryDirectory { dir in
+            try await offPool {
+                var store = try openStore(dir, durability: .batched, segmentSize: 64 << 10) { $0.compactionInterval = nil }
+                for i in 0..<80 { try store.put(Self.value(i), for: key(i)) }
+                let newest = store.appender.withLock { $0.pack.segment.id }
+                try store.close()
+                let packs = dir + "/store/packs"
+                // Zeros after every segment's records: the newest (a crash mid-fill) and a
+                // sealed one (a crash before its cut reached the disk).
+                for id in [newest, newest - 1] {
+                    let file = try SegmentFile.open(id: id, in: packs, writable: true)
+                    let size = try file.size()
+                    try file.writeZeros(size..<size + 100_000)
+                }
+                store = try openStore(dir, durability: .batched, segmentSize: 64 << 10) { $0.compactionInterval = nil }
+                #expect(store.recoveryReport.isClean, "\(store.recoveryReport)")
+                #expect(try Self.active(store).size == Self.active(store).end)
+                for i in 0..<80 { #expect(try store.data(for: key(i)) == Self.value(i)) }
+                #expect(try store.fsck().isClean)
+                try store.put(Self.value(500), for: key(500))
+                let current = store.appender.withLock { $0.pack.segment.id }
+                try store.close()
+
+                // Now zeros over the newest segment's last records, which the index reflects.
+                let file = try SegmentFile.open(id: current, in: packs, writable: true)
+                let size = try file.size()
+                var last: UInt64 = 0
+                _ = try SegmentScanner.scan(file) { last = $0.offset }
+                try file.writeZeros(last..<size + 10_000)
+                store = try openStore(dir, durability: .batched, segmentSize: 64 << 10) { $0.compactionInterval = nil }
+                #expect(store.recoveryReport.truncatedTails.contains { $0.segment == current && $0.validEnd == last })
+                // Nothing is served from the zeros: the values are either intact or gone.
+                for i in [500] + Array(0..<80) {
+                    let served = try? store.data(for: key(i))
+                    #expect(served == nil || served == Self.value(i), "\(key(i))")
+                }
+                try store.close()
+            }
+        }
+    }
+
+    /// A fill whose zeros cannot be written (a full disk) ends the filling of that segment;
+    /// the writes go on, appending, and every one reads back.
+    @Test func aFailedFillLeavesTheWritesAppending() async throws {
+        try await withTemporaryDirectory { dir in
+            try await offPool {
+                let failures = Locked(0)
+                let store = try openStore(dir, durability: .full, segmentSize: 1 << 20) { configuration in
+                    configuration.zeroFill = 32 << 10
+                    configuration.compactionInterval = nil
+                    configuration.faultInjector = FaultInjector { operation, path in
+                        // The fills write a megabyte or less of zeros per call from the
+                        // preparer's thread: fail those, not the records.
+                        guard operation == .write, path.hasSuffix(".pack"),
+                            (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8))?.hasPrefix(
+                                "trove-preparer") == true
+                        else { return nil }
+                        failures.withLock { $0 += 1 }
+                        return .error(ENOSPC)
+                    }
+                }
+                for i in 0..<200 { try store.put(Self.value(i), for: key(i)) }
+                #expect(failures.withLock { $0 } >= 1)
+                for i in 0..<200 { #expect(try store.data(for: key(i)) == Self.value(i)) }
+                try store.close()
+                let reopened = try openStore(dir) { $0.compactionInterval = nil }
+                #expect(reopened.recoveryReport.isClean)
+                for i in 0..<200 { #expect(try reopened.data(for: key(i)) == Self.value(i)) }
+                try reopened.close()
+            }
+        }
+    }
+
+    /// A fill's sync that fails is the segment's failed sync: the writes it may have lost are
+    /// never acknowledged — the store refuses every write until reopened, like after any
+    /// failed sync — and reopening serves only what was acknowledged or nothing.
+    @Test func aFailedFillSyncRefusesWritesUntilReopened() async throws {
+        try await withTemporaryDirectory { dir in
+            try await offPool {
+                let store = try openStore(dir, durability: .full, segmentSize: 1 << 20) { configuration in
+                    configuration.zeroFill = 32 << 10
+                    configuration.compactionInterval = nil
+                    configuration.faultInjector = FaultInjector { operation, path in
+                        guard operation == .sync, path.hasSuffix(".pack"),
+                            (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8))?.hasPrefix(
+                                "trove-preparer") == true
+                        else { return nil }
+                        return .error(EIO)
+                    }
+                }
+                var acknowledged: [Int] = []
+                var refusal: StoreError?
+                for i in 0..<300 {
+                    do {
+                        try store.put(Self.value(i), for: key(i))
+                        acknowledged.append(i)
+                    } catch let error as StoreError {
+                        refusal = error
+                        break
+                    }
+                }
+                #expect(refusal?.code == .syncFailed, "the fill's failed sync was not the store's")
+                #expect(throws: StoreError.self) { try store.put(Data("late".utf8), for: key(9_999)) }
+                try? store.close()
+                let reopened = try openStore(dir) { $0.compactionInterval = nil }
+                for i in acknowledged { #expect(try reopened.data(for: key(i)) == Self.value(i), "\(key(i))") }
+                try reopened.close()
+            }
+        }
+    }
+}
