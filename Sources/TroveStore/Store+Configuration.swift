@@ -13,20 +13,17 @@ extension Store {
 
         /// Bytes of zeros kept in the active segment's file ahead of its writes — written and
         /// synced on a thread of the store's own — so that a write lands inside the file, on
-        /// blocks it already has, and its fdatasync commits no file-system journal (on this
-        /// machine's ext4 a sync costs 150–276 µs so, fills included, against 219–297 µs for a write
-        /// that extends the file; Docs/Benchmarks.md, "zeros ahead of `full` writes").
-        /// Every byte then reaches the disk twice, and the file holds up to 1¼ times this much
-        /// past its records (counted in ``Store/statistics()`` and against ``capacity``); the
-        /// zeros are cut when the segment is sealed, when the store closes, and when it opens
-        /// after a crash. Default nil: 4 MiB under ``Durability/full``, none otherwise (their
-        /// syncs run off the write path); 0: none.
-        public var zeroFill: Int64?
-
-        /// The zeros kept ahead of writes: ``zeroFill``, or its default for ``durability``.
-        var effectiveZeroFill: Int64 {
-            zeroFill ?? (durability == .full ? 4 << 20 : 0)
-        }
+        /// blocks it already has, and its fdatasync commits no file-system journal. Default 0:
+        /// none. Measured here under `full` (Docs/Benchmarks.md, "zeros ahead of `full`
+        /// writes"): a sync after such a write costs 150–276 µs, fills included, against
+        /// 219–297 µs after an append, and the median `full` put fell by 20–60 %; but a
+        /// writer's sync that comes between a fill's write and its sync writes the zeros back
+        /// too, so the slowest puts (p99) got 2–9 times slower, and eight writers gained
+        /// nothing reliable — hence off. Every byte reaches the disk twice, and the file holds
+        /// up to 1¼ times this much past its records (counted in ``Store/statistics()`` and
+        /// against ``capacity``); the zeros are cut when the segment is sealed, when the store
+        /// closes, and when it opens after a crash.
+        public var zeroFill: Int64 = 0
 
         /// How often the committer thread syncs queued writes (``Durability/batched``) and applies
         /// them to the index. Default: 10 ms.

@@ -201,7 +201,7 @@ public final class Store: Sendable {
     /// writer claims each fill (``PackWriter``), the preparer's thread writes and syncs it.
     /// The jobs hold the segment, not the store.
     private func startZeroFills() {
-        let chunk = configuration.effectiveZeroFill
+        let chunk = configuration.zeroFill
         guard chunk > 0 else { return }
         let preparer = preparer
         let policy = ZeroFillPolicy(chunk: UInt64(chunk)) { fill in

@@ -46,7 +46,7 @@ var configuration = Store.Configuration(durability: durability)
 configuration.segmentSize = segmentSize
 configuration.compactionInterval = nil
 // Zeros ahead of the writes at any level (the crash suite's ZeroFill rounds).
-configuration.zeroFill = ProcessInfo.processInfo.environment["TROVE_ZERO_FILL"].flatMap(Int64.init)
+configuration.zeroFill = ProcessInfo.processInfo.environment["TROVE_ZERO_FILL"].flatMap(Int64.init) ?? 0
 let store: Store
 do {
     store = try Store(directory: arguments[1], configuration: configuration)

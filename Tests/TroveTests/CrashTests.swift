@@ -159,7 +159,7 @@ import TroveTestSupport
 
             let store = try openStore(dir, durability: durability, segmentSize: Int64(segmentSize)) {
                 $0.compactionInterval = nil
-                $0.zeroFill = zeroFill.map(Int64.init)
+                $0.zeroFill = Int64(zeroFill ?? 0)
             }
             if zeroFill != nil {
                 // Opening cut every zero past the records; the writer resumes at the file's end.
