@@ -211,16 +211,22 @@ public final class SegmentFile: Sendable {
         do {
             try SystemCall.fdatasync(descriptor, path: path, faults: faults)
         } catch {
-            let failure = PackError(
-                code: .syncFailed,
-                message: "\(error.message); bytes written to this segment since its last sync may not be on disk, "
-                    + "and a later sync cannot prove they are, so it refuses every sync until the store is reopened",
-                path: path, errno: error.errno)
-            // Two threads failing at once keep one failure, the first.
-            throw failedSync.withLock { (slot) -> PackError in
-                if slot == nil { slot = failure }
-                return slot!
-            }
+            throw keepSyncFailure(error)
+        }
+    }
+
+    /// Keeps `error`, a failed fdatasync of this file, as the failure every later
+    /// ``synchronize()`` throws; returns the one kept (two threads failing at once keep one,
+    /// the first).
+    private func keepSyncFailure(_ error: PackError) -> PackError {
+        let failure = PackError(
+            code: .syncFailed,
+            message: "\(error.message); bytes written to this segment since its last sync may not be on disk, "
+                + "and a later sync cannot prove they are, so it refuses every sync until the store is reopened",
+            path: path, errno: error.errno)
+        return failedSync.withLock { (slot) -> PackError in
+            if slot == nil { slot = failure }
+            return slot!
         }
     }
 
@@ -228,20 +234,16 @@ public final class SegmentFile: Sendable {
     /// the file's own descriptor. Linux reports a writeback error once to each open file
     /// description, so a failure this sync sees is still reported to the next sync of the
     /// file's own descriptor (two syncs of one descriptor at once could each leave the other's
-    /// failure unseen). A failure here is kept as the file's all the same, so the next
-    /// ``synchronize()`` refuses at once; a success proves nothing to it.
+    /// failure unseen). A failed sync here is kept as the file's all the same, so the next
+    /// ``synchronize()`` refuses at once; a success proves nothing to it, and a descriptor
+    /// that cannot be opened syncs nothing (and loses nothing).
     public func synchronizeSeparately() {
+        guard let fd = try? SystemCall.open(path, flags: O_RDONLY, faults: faults) else { return }
+        defer { SystemCall.close(fd) }
         do {
-            let fd = try SystemCall.open(path, flags: O_RDONLY, faults: faults)
-            defer { SystemCall.close(fd) }
             try SystemCall.fdatasync(fd, path: path, faults: faults)
         } catch {
-            let failure = PackError(
-                code: .syncFailed,
-                message: "\(error.message); bytes written to this segment since its last sync may not be on disk, "
-                    + "and a later sync cannot prove they are, so it refuses every sync until the store is reopened",
-                path: path, errno: error.errno)
-            failedSync.withLock { if $0 == nil { $0 = failure } }
+            _ = keepSyncFailure(error)
         }
     }
 

@@ -13,7 +13,8 @@ import Foundation
 /// sealing and opening cut away.
 ///
 /// A fill is claimed and absorbed by ``PackWriter`` only, under its owner's lock; no record is
-/// written into `range` before the fill has finished (the zeros would land on it).
+/// written into `range` before the fill's zeros are (they would land on it). Off by default
+/// (`Store.Configuration.zeroFill`): the zeros' writeback lands in the writers' syncs.
 public final class ZeroFill: Sendable {
     /// The segment the zeros go into.
     public let segment: SegmentFile

@@ -16,7 +16,8 @@ extension Store {
         /// blocks it already has, and its fdatasync commits no file-system journal. Default 0:
         /// none. Measured here under `full` (Docs/Benchmarks.md, "zeros ahead of `full`
         /// writes"): a sync after such a write costs 150–276 µs, fills included, against
-        /// 219–297 µs after an append, and the median `full` put fell by 20–60 %; but a
+        /// 219–297 µs after an append, and the median `full` put fell in most rows (64 KiB:
+        /// 196–240 µs against 326–596); but a
         /// writer's sync that comes between a fill's write and its sync writes the zeros back
         /// too, so the slowest puts (p99) got 2–9 times slower, and eight writers gained
         /// nothing reliable — hence off. Every byte reaches the disk twice, and the file holds

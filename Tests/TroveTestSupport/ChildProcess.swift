@@ -106,3 +106,9 @@ public func runProcessBlocking(
     process.waitUntilExit()
     return ProcessOutput(status: process.terminationStatus, stdout: outData, stderr: errData)
 }
+
+/// Whether the calling thread is named `prefix…` — the kernel's name, which Trove's threads set
+/// (`trove-preparer`, `trove-syncer`…): how a fault injector tells whose call it is.
+public func onThread(named prefix: String) -> Bool {
+    (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8))?.hasPrefix(prefix) == true
+}

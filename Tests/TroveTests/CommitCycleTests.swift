@@ -246,9 +246,7 @@ import TroveTestSupport
                         // lie ahead of them — is durable once it returns.
                         var info = stat()
                         guard stat(path, &info) == 0 else { return .error(EIO) }
-                        let filling =
-                            (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8))?
-                            .hasPrefix("trove-preparer") == true
+                        let filling = onThread(named: "trove-preparer")
                         // (Never on the preparer's thread: a writer may hold the appender
                         // while it waits for the zeros of the fill queued behind this one.)
                         let records =

@@ -141,10 +141,9 @@ import TroveTestSupport
                     configuration.faultInjector = FaultInjector { operation, path in
                         // The fills write a megabyte or less of zeros per call from the
                         // preparer's thread: fail those, not the records.
-                        guard operation == .write, path.hasSuffix(".pack"),
-                            (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8))?.hasPrefix(
-                                "trove-preparer") == true
-                        else { return nil }
+                        guard operation == .write, path.hasSuffix(".pack"), onThread(named: "trove-preparer") else {
+                            return nil
+                        }
                         failures.withLock { $0 += 1 }
                         return .error(ENOSPC)
                     }
@@ -171,10 +170,9 @@ import TroveTestSupport
                     configuration.zeroFill = 32 << 10
                     configuration.compactionInterval = nil
                     configuration.faultInjector = FaultInjector { operation, path in
-                        guard operation == .sync, path.hasSuffix(".pack"),
-                            (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8))?.hasPrefix(
-                                "trove-preparer") == true
-                        else { return nil }
+                        guard operation == .sync, path.hasSuffix(".pack"), onThread(named: "trove-preparer") else {
+                            return nil
+                        }
                         return .error(EIO)
                     }
                 }
