@@ -26,7 +26,7 @@ public struct DamagedRange: Sendable, Hashable {
 public struct ScanReport: Sendable {
     /// The file's size when the scan started.
     public var fileSize: UInt64
-    /// The offset just past the last intact record before the first damage (``dataEnd`` when
+    /// The offset just past the last intact record before the first damage (`fileSize` when
     /// there is none).
     public var validEnd: UInt64
     /// The damaged ranges, in order.
@@ -36,13 +36,6 @@ public struct ScanReport: Sendable {
     /// Whether the scan stopped at the first damage instead of going past it (version-1
     /// segments, whose records are not bound to their place, and scans asked not to go on).
     public var stoppedAtDamage = false
-    /// Where a run of zero bytes that lasts to the end of the file starts, right after a
-    /// record (or the segment header, or damage): zeros a writer prepared ahead of its records
-    /// (``ZeroFill``), not damage. Nil when the file ends with a record or with damage.
-    public var zeroTail: UInt64?
-
-    /// Where the segment's records end: before its ``zeroTail``, or at the end of the file.
-    public var dataEnd: UInt64 { zeroTail ?? fileSize }
 
     /// The damage at the end of the file that no intact record follows — garbage, or a record
     /// cut short by the end of the file (a write that never completed) — but not a whole record
@@ -50,7 +43,7 @@ public struct ScanReport: Sendable {
     /// from an active segment as a torn tail. Nil for a scan that stopped at damage (then
     /// nothing says that no intact record follows).
     public var tornTail: DamagedRange? {
-        guard !stoppedAtDamage, let last = damage.last, last.end == dataEnd, !last.salvaged,
+        guard !stoppedAtDamage, let last = damage.last, last.end == fileSize, !last.salvaged,
             last.identity == nil || last.cutShort
         else { return nil }
         return last
@@ -113,10 +106,6 @@ public enum SegmentScanner {
                         start: position, end: position + length, reason: reason, identity: identity, cutShort: cutShort))
                 position += length
             case .noRecord(let reason, let cutShort):
-                if try reader.isZero(from: position) {
-                    endAtZeros(&report, position, &reader)
-                    return report
-                }
                 guard goesOn else {
                     damaged(DamagedRange(start: position, end: size, reason: reason, cutShort: cutShort))
                     report.stoppedAtDamage = true
@@ -138,24 +127,6 @@ public enum SegmentScanner {
             }
         }
         return report
-    }
-
-    /// Ends `report` at `position`, where zeros run to the end of the file. A damaged record
-    /// right before them whose last page is zeros too is a record whose write did not reach
-    /// the disk whole (its header's page did, a later one did not): cut short, like a record
-    /// the end of the file cuts (``ScanReport/tornTail``).
-    private static func endAtZeros(_ report: inout ScanReport, _ position: UInt64, _ reader: inout BufferedReader) {
-        report.zeroTail = position
-        if report.damage.isEmpty { report.validEnd = position }
-        guard let last = report.damage.last, last.end == position, !last.salvaged, !last.cutShort,
-            position > last.start
-        else { return }
-        let page: UInt64 = 4_096
-        let lastPage = max(last.start, (position - 1) / page * page)
-        if (try? reader.isZero(from: lastPage, to: position)) == true {
-            report.damage[report.damage.count - 1].cutShort = true
-            report.damage[report.damage.count - 1].reason += "; its last page is zeros, as a write that never completed leaves it"
-        }
     }
 
     /// Whether a record starts at `offset` of `file`: for version 2, a header that verifies
@@ -344,29 +315,6 @@ struct BufferedReader {
         }
         let start = Int(offset - bufferStart)
         return UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(buffer)[start..<bufferCount])
-    }
-
-    /// Whether every byte from `offset` to `end` (the end of the file, or the reader's limit,
-    /// when nil) is zero; false when the file ends before `end`.
-    mutating func isZero(from offset: UInt64, to end: UInt64? = nil) throws -> Bool {
-        let end = min(end ?? size, size)
-        var at = offset
-        while at < end {
-            let window = try self.window(at: at, minimum: Int(min(UInt64(SegmentScanner.bufferSize), end - at)))
-            let count = Int(min(UInt64(window.count), end - at))
-            if count == 0 { return false }
-            var i = 0
-            while i + 8 <= count {
-                if window.loadUnaligned(fromByteOffset: i, as: UInt64.self) != 0 { return false }
-                i += 8
-            }
-            while i < count {
-                if window[i] != 0 { return false }
-                i += 1
-            }
-            at += UInt64(count)
-        }
-        return true
     }
 
     /// XXH3-64 of `count` bytes from `offset`, streamed through the buffer.

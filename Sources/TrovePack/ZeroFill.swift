@@ -8,9 +8,11 @@ import Foundation
 /// has, makes the `fdatasync` write the data and flush the disk's cache only. On this machine's
 /// ext4 that sync costs 150–276 µs instead of 219–297 µs, the filling paid for
 /// (Docs/Benchmarks.md, "zeros ahead of `full` writes"). The price: every byte is written to
-/// the disk twice, and the file holds up to a chunk of zeros past its records, which
-/// ``SegmentScanner`` reads as the end of the segment (``ScanReport/zeroTail``) and which
-/// sealing and opening cut away.
+/// the disk twice, and the file holds up to a chunk of zeros past its records, which sealing
+/// and closing cut (``PackWriter/finishSegment()``). The scanner knows nothing of them: zeros
+/// a crash leaves past the last record are bytes that hold no record, cut from the newest
+/// segment on opening as a torn tail and reported like any (an outside attack found that
+/// reading zeros as an end hid zeroed records).
 ///
 /// A fill is claimed and absorbed by ``PackWriter`` only, under its owner's lock; no record is
 /// written into `range` before the fill's zeros are (they would land on it). Off by default

@@ -22,8 +22,9 @@ extension Store {
         /// too, so the slowest puts (p99) got 2–9 times slower, and eight writers gained
         /// nothing reliable — hence off. Every byte reaches the disk twice, and the file holds
         /// up to 1¼ times this much past its records (counted in ``Store/statistics()`` and
-        /// against ``capacity``); the zeros are cut when the segment is sealed, when the store
-        /// closes, and when it opens after a crash.
+        /// against ``capacity``); the zeros are cut when the segment is sealed and when the store
+        /// closes; after a crash, opening cuts them from the newest segment as a torn tail
+        /// (reported).
         public var zeroFill: Int64 = 0
 
         /// How often the committer thread syncs queued writes (``Durability/batched``) and applies

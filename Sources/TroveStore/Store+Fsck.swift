@@ -165,14 +165,6 @@ struct FsckRun {
                 find(.orphanSegment, "\(name) is not in the index", segment: id)
             }
             let scan = try fold.fold(file, upTo: id == activeID ? activeEnd : nil)
-            if let zeros = scan.zeroTail, let row = rowsByID[id], zeros < row.indexedBytes {
-                // Zeros past the last record are a writer's (``ZeroFill``), not damage — but not
-                // where the index reflects records.
-                truncated[id] = zeros
-                find(
-                    .truncatedSegment, "\(name) holds zeros from \(zeros) on; the index reflects \(row.indexedBytes)",
-                    segment: id)
-            }
             if scan.stoppedAtDamage, let first = scan.damage.first {
                 // Version 1: records the index names past the damage are read where it says.
                 for offset in try index.referencedOffsets(inSegment: id, from: first.start) {

@@ -343,7 +343,6 @@ struct Recovery {
         tails.sort { $0.id < $1.id }
         let newestID = ([knownMax] + Array(placement.headers.keys) + Array(placement.unreadable.keys)).max() ?? 0
         for var tail in tails {
-            let indexed = tail.from
             if tail.from > tail.file.headerSize, try !SegmentScanner.startsRecord(tail.file, at: tail.from) {
                 tail.from = tail.file.headerSize
             }
@@ -364,23 +363,12 @@ struct Recovery {
             }
             let cutting = tail.id == newestID
             let scan = try fold.fold(tail.file, from: tail.from, excludingTornTail: cutting)
-            var end = scan.dataEnd
+            var end = scan.fileSize
             if cutting, let torn = scan.tornTail {
                 try tail.file.truncate(to: torn.start)
                 end = torn.start
                 report.truncatedTails.append(
                     .init(segment: tail.id, validEnd: torn.start, bytesRemoved: torn.end - torn.start, reason: torn.reason))
-            } else if scan.zeroTail != nil {
-                // Zeros a writer kept ahead of its records (``ZeroFill``): not damage, cut from
-                // any segment (a truncation needs no space). Zeros where the index committed
-                // records are damage all the same, and reported.
-                try tail.file.truncate(to: end)
-                if end < indexed {
-                    report.truncatedTails.append(
-                        .init(
-                            segment: tail.id, validEnd: end, bytesRemoved: scan.fileSize - end,
-                            reason: "bytes \(end)..<\(indexed), which the index reflects, are zeros"))
-                }
             }
             for range in scan.damage where !(cutting && range == scan.tornTail) {
                 recordDamage(range, segment: tail.id, at: now)
@@ -472,16 +460,12 @@ struct Recovery {
             let newest = id == ids.last
             let file = try SegmentFile.open(id: id, in: packs, writable: newest, faults: faults)
             let scan = try fold.fold(file, excludingTornTail: newest)
-            var end = scan.dataEnd
+            var end = scan.fileSize
             if newest, let torn = scan.tornTail {
                 try file.truncate(to: torn.start)
                 end = torn.start
                 report.truncatedTails.append(
                     .init(segment: id, validEnd: torn.start, bytesRemoved: torn.end - torn.start, reason: torn.reason))
-            } else if newest, scan.zeroTail != nil {
-                // Zeros a writer kept ahead of its records (``ZeroFill``); an older segment's
-                // stay (it is opened read-only here), read as its end by every scan.
-                try file.truncate(to: end)
             }
             for range in scan.damage where !(newest && range == scan.tornTail) {
                 recordDamage(range, segment: id, at: now)
