@@ -124,25 +124,30 @@ import TroveTestSupport
         }
     }
 
+    /// A `full` store with 32 KiB fills whose `operation` on a pack, run by the preparer's
+    /// thread, fails with `errno` (counted in `failures`); the writers' own calls succeed.
+    static func openFailingFills(_ dir: String, _ operation: FaultInjector.Operation, _ errno: Int32, _ failures: Locked<Int>)
+        throws -> Store
+    {
+        try openStore(dir, durability: .full, segmentSize: 1 << 20) { configuration in
+            configuration.zeroFill = 32 << 10
+            configuration.compactionInterval = nil
+            configuration.faultInjector = FaultInjector { called, path in
+                guard called == operation, path.hasSuffix(".pack"), onThread(named: "trove-preparer") else { return nil }
+                failures.withLock { $0 += 1 }
+                return .error(errno)
+            }
+        }
+    }
+
     /// A fill whose zeros cannot be written (a full disk) ends the filling of that segment;
     /// the writes go on, appending, and every one reads back.
     @Test func aFailedFillLeavesTheWritesAppending() async throws {
         try await withTemporaryDirectory { dir in
             try await offPool {
                 let failures = Locked(0)
-                let store = try openStore(dir, durability: .full, segmentSize: 1 << 20) { configuration in
-                    configuration.zeroFill = 32 << 10
-                    configuration.compactionInterval = nil
-                    configuration.faultInjector = FaultInjector { operation, path in
-                        // The fills write a megabyte or less of zeros per call from the
-                        // preparer's thread: fail those, not the records.
-                        guard operation == .write, path.hasSuffix(".pack"), onThread(named: "trove-preparer") else {
-                            return nil
-                        }
-                        failures.withLock { $0 += 1 }
-                        return .error(ENOSPC)
-                    }
-                }
+                // The fills write their zeros from the preparer's thread: fail those, not the records.
+                let store = try Self.openFailingFills(dir, .write, ENOSPC, failures)
                 for i in 0..<200 { try store.put(Self.value(i), for: key(i)) }
                 #expect(failures.withLock { $0 } >= 1)
                 for i in 0..<200 { #expect(try store.data(for: key(i)) == Self.value(i)) }
@@ -161,16 +166,7 @@ import TroveTestSupport
     @Test func aFailedFillSyncRefusesWritesUntilReopened() async throws {
         try await withTemporaryDirectory { dir in
             try await offPool {
-                let store = try openStore(dir, durability: .full, segmentSize: 1 << 20) { configuration in
-                    configuration.zeroFill = 32 << 10
-                    configuration.compactionInterval = nil
-                    configuration.faultInjector = FaultInjector { operation, path in
-                        guard operation == .sync, path.hasSuffix(".pack"), onThread(named: "trove-preparer") else {
-                            return nil
-                        }
-                        return .error(EIO)
-                    }
-                }
+                let store = try Self.openFailingFills(dir, .sync, EIO, Locked(0))
                 var acknowledged: [Int] = []
                 var refusal: StoreError?
                 for i in 0..<300 {
