@@ -23,6 +23,12 @@ import TroveCore
 /// two, a blob and its link, so its batch of 256 and bound of 8 × 256 are 128 and 1 024 puts.) No index, no records, no checksums
 /// on disk: what is left of a `batched` put once everything but its sync is free.
 ///
+/// With ``deduplicates`` it is the floor of the dedup-heavy row: a put finds a repeat by the
+/// XXH3-128 of its bytes in a dictionary, reads the stored value and compares it byte for byte (as
+/// Trove does before it links a key to a blob), and on a match writes nothing — the key takes the
+/// stored value's place. What is left of a deduplicating put once finding repeats costs one
+/// dictionary lookup.
+///
 /// `@unchecked Sendable`: used from one thread at a time (the workloads that run it are
 /// single-threaded); its syncer's counters are kept under the syncer's own lock.
 public final class KnownPlaceEngine: BlobStoring, @unchecked Sendable {
@@ -33,6 +39,19 @@ public final class KnownPlaceEngine: BlobStoring, @unchecked Sendable {
     private var places: [String: Place] = [:]
     private var end: UInt64
     private var syncer: BatchSyncer?
+    /// The place of each value put since ``deduplicates`` was turned on, by its XXH3-128.
+    private var byContent: [ContentHash: Place] = [:]
+    /// Puts that found their bytes stored and wrote nothing (with ``deduplicates``).
+    public private(set) var deduplicatedPuts = 0
+
+    /// Store a value put again once (above): the values put from now on are the candidates.
+    /// Change it only between workloads.
+    public var deduplicates = false {
+        didSet {
+            byContent = [:]
+            deduplicatedPuts = 0
+        }
+    }
 
     /// Sync like Trove's `batched` (above). Change it only between workloads.
     public var syncsLikeBatched: Bool {
@@ -80,12 +99,34 @@ public final class KnownPlaceEngine: BlobStoring, @unchecked Sendable {
     }
 
     public func put(_ data: Data, key: String, etag: String) throws {
-        try data.withUnsafeBytes { bytes in
+        let stored = try data.withUnsafeBytes { bytes in
+            let content = deduplicates ? XXH3.hash128(bytes) : nil
+            if let content, let place = byContent[content], try holds(place, bytes) {
+                places[key] = place
+                return true
+            }
             try SystemCall.pwriteAll(descriptor, bytes, at: end, path: valuesPath)
-            places[key] = Place(offset: end, length: bytes.count, checksum: XXH3.hash64(bytes))
+            let place = Place(offset: end, length: bytes.count, checksum: XXH3.hash64(bytes))
+            places[key] = place
+            if let content { byContent[content] = place }
+            return false
+        }
+        if stored {
+            deduplicatedPuts += 1
+            return
         }
         end += UInt64(data.count)
         try syncer?.wrote()
+    }
+
+    /// Whether the value at `place` is `bytes`, byte for byte (one `pread` into a fresh buffer).
+    private func holds(_ place: Place, _ bytes: UnsafeRawBufferPointer) throws -> Bool {
+        guard place.length == bytes.count else { return false }
+        guard place.length > 0 else { return true }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: place.length, alignment: 16)
+        defer { buffer.deallocate() }
+        let n = try SystemCall.preadAll(descriptor, into: buffer, at: place.offset, path: valuesPath)
+        return n == place.length && memcmp(buffer.baseAddress!, bytes.baseAddress!, n) == 0
     }
 
     public func get(_ key: String) throws -> Data? {

@@ -102,6 +102,50 @@ import TroveTestSupport
         }
     }
 
+    /// The floor of the dedup-heavy row: a value put again under a new key is stored once and
+    /// read back under both; a stored value whose bytes changed on disk no longer matches the
+    /// repeat (it is compared, not trusted by its hash), so the repeat is written anew; turning
+    /// the mode off forgets the candidates.
+    @Test func knownPlaceEngineDeduplicatesAfterComparingBytes() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir + "/floor"
+            let engine = try KnownPlaceEngine(directory: path, verifies: true)
+            engine.deduplicates = true
+            func size() -> Int? {
+                (try? FileManager.default.attributesOfItem(atPath: path + "/values"))?[.size] as? Int
+            }
+            let a = Data(testBytes(seed: 1, count: 20 << 10))
+            let b = Data(testBytes(seed: 2, count: 20 << 10))
+            try engine.put(a, key: "a1", etag: "")
+            try engine.put(Data(), key: "empty1", etag: "")
+            try engine.put(a, key: "a2", etag: "")
+            try engine.put(Data(), key: "empty2", etag: "")
+            try engine.put(b, key: "b1", etag: "")
+            #expect(size() == 40 << 10)
+            #expect(engine.deduplicatedPuts == 2)
+            #expect(try engine.get("a1") == a)
+            #expect(try engine.get("a2") == a)
+            #expect(try engine.get("empty2") == Data())
+            #expect(try engine.get("b1") == b)
+
+            // b's stored bytes changed on disk: the repeat of b compares unequal and is written.
+            let handle = try #require(FileHandle(forUpdatingAtPath: path + "/values"))
+            try handle.seek(toOffset: UInt64(20 << 10) + 7)
+            try handle.write(contentsOf: Data([~b[7]]))
+            try handle.close()
+            try engine.put(b, key: "b2", etag: "")
+            #expect(size() == 60 << 10)
+            #expect(engine.deduplicatedPuts == 2)
+            #expect(try engine.get("b2") == b)
+
+            engine.deduplicates = false
+            try engine.put(a, key: "a3", etag: "")
+            #expect(size() == 80 << 10)
+            #expect(try engine.get("a3") == a)
+            try engine.close()
+        }
+    }
+
     @Test func filePerEntryKeepsLRUOrderByFileTimes() async throws {
         try await withTemporaryDirectory { dir in
             let engine = try FilePerEntryEngine(directory: dir + "/files")
