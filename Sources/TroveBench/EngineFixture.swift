@@ -12,6 +12,11 @@ public final class EngineFixture {
     /// The directory holding the engines.
     public let directory: String
 
+    /// When the removal of what an earlier run left in `directory` ended (when the fixture
+    /// started, if nothing was there): the last time a benchmark freed many inodes on this file
+    /// system, unless another run ended just before this one started, which is earlier still.
+    public let cleanedAt: ContinuousClock.Instant
+
     /// All three, for loops.
     public var engines: [any BlobStoring] { [trove, files, sqlite] }
 
@@ -23,6 +28,7 @@ public final class EngineFixture {
     public init(directory: String, population: Int) throws {
         self.directory = directory
         for engine in ["trove", "files", "sqlite"] { try? FileManager.default.removeItem(atPath: directory + "/" + engine) }
+        cleanedAt = .now
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         trove = try TroveEngine(directory: directory + "/trove")
         files = try FilePerEntryEngine(directory: directory + "/files")

@@ -206,6 +206,19 @@ import TroveTestSupport
 }
 
 @Suite struct SuiteTests {
+    /// The runs that judge targets wait out an earlier run's freed inodes before their timed rows
+    /// (one file per entry's creates pay for them); smoke runs do not. The wait is a setting of
+    /// the run: a report's plan encodes and decodes without it.
+    @Test func standardRunsWaitOutRecentDeletions() throws {
+        #expect(BenchmarkPlan.standard.waitsOutRecentDeletions)
+        #expect(!BenchmarkPlan.quick.waitsOutRecentDeletions)
+        let encoded = try JSONEncoder().encode(BenchmarkPlan.standard)
+        #expect(!String(decoding: encoded, as: UTF8.self).contains("waitsOutRecentDeletions"))
+        let decoded = try JSONDecoder().decode(BenchmarkPlan.self, from: encoded)
+        #expect(decoded.population == BenchmarkPlan.standard.population)
+        #expect(decoded.sections == BenchmarkPlan.standard.sections)
+    }
+
     /// A tiny plan exercises every workload and its verification end to end; no timing is checked.
     @Test func aTinyRunCompletesAndChecksTargets() async throws {
         try await withTemporaryDirectory { dir in
