@@ -28,7 +28,7 @@ public struct BenchmarkPlan: Codable, Sendable {
     /// (``FirstReadBenchmark``); nil skips them.
     public var workerExecutable: String?
 
-    /// About a minute on a 2-core machine.
+    /// About two minutes on a 2-core machine (with the wait of ``waitsOutRecentDeletions``).
     public static let standard: BenchmarkPlan = {
         var plan = BenchmarkPlan(population: 100_000, scaleEntries: 100_000, operationScale: 1, directory: nil)
         plan.waitsOutRecentDeletions = true

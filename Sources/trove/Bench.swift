@@ -9,8 +9,10 @@ extension TroveCommand {
             discussion: """
                 Runs every workload against the three engines on the same generated data in a \
                 temporary directory, then prints ops/s, p50 and p99 per engine with Trove's ratio \
-                to each baseline, and checks the targets of DESIGN.md. About a minute; --quick \
-                takes seconds. Progress goes to stderr.
+                to each baseline, and checks the targets of DESIGN.md. About two minutes, of which \
+                up to 35 s may be a wait before the timed rows: ext4 slows the creation of files \
+                (one file per entry's puts) while an earlier run's removed files are recent. \
+                --quick takes seconds and does not wait. Progress goes to stderr.
                 """)
 
         @Flag(help: "A smoke run: small population and few operations (seconds).")
