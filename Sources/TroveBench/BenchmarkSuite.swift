@@ -17,29 +17,16 @@ public struct BenchmarkPlan: Codable, Sendable {
     public var operationScale: Double
     /// Where the engines' directories go (a new temporary directory when nil).
     public var directory: String?
-    /// Start the engines' timed rows only once the inodes that removing an earlier run freed
-    /// are no longer recent to ext4 (``BenchmarkSuite``, "recently deleted inodes"): up to 35 s
-    /// after the removal. On in ``standard`` (the runs that judge targets); off otherwise, as
-    /// in ``quick`` smoke runs. A setting of the run, not part of its report's plan.
-    public var waitsOutRecentDeletions = false
     /// The groups of workloads to run (all by default).
     public var sections: [BenchmarkSection] = BenchmarkSection.allCases
     /// This program, run again as `bench-worker` for the workloads that need a fresh process
     /// (``FirstReadBenchmark``); nil skips them.
     public var workerExecutable: String?
 
-    /// About two minutes on a 2-core machine (with the wait of ``waitsOutRecentDeletions``).
-    public static let standard: BenchmarkPlan = {
-        var plan = BenchmarkPlan(population: 100_000, scaleEntries: 100_000, operationScale: 1, directory: nil)
-        plan.waitsOutRecentDeletions = true
-        return plan
-    }()
+    /// About two minutes on a 2-core machine.
+    public static let standard = BenchmarkPlan(population: 100_000, scaleEntries: 100_000, operationScale: 1, directory: nil)
     /// Seconds: a smoke run.
     public static let quick = BenchmarkPlan(population: 5_000, scaleEntries: 20_000, operationScale: 0.1, directory: nil)
-
-    enum CodingKeys: String, CodingKey {
-        case population, scaleEntries, operationScale, directory, sections, workerExecutable
-    }
 
     public init(population: Int, scaleEntries: Int, operationScale: Double, directory: String?) {
         self.population = population
@@ -157,6 +144,8 @@ public final class BenchmarkSuite {
             }
             for line in lines.withLock({ $0 }) { progress(line) }
         }
+        // Last, after every timed row: the engines an earlier run left, set aside by the fixture.
+        EngineFixture.removeSetAside(in: root + "/engines")
         return BenchmarkReport(plan: plan, results: results, targets: checkTargets())
     }
 
@@ -175,7 +164,6 @@ public final class BenchmarkSuite {
                 (EngineFixture.populationKey(i), EngineFixture.populationValue(pool, i))
             }
         }
-        if plan.waitsOutRecentDeletions { waitOutRecentDeletions(since: fixture.cleanedAt) }
         let (trove, files, sqlite) = (fixture.trove, fixture.files, fixture.sqlite)
         // The floor of the put and warm-get rows (KnownPlaceEngine), holding the same population.
         // Empty at every run: it appends, and a reused --directory would grow it.
@@ -200,25 +188,6 @@ public final class BenchmarkSuite {
         floor.syncsLikeBatched = false
         try compactionUnderReads()
         try scaling()
-    }
-
-    /// Waits until inodes freed at `since` are no longer recent to ext4.
-    ///
-    /// ext4 does not hand out an inode freed less than `vm.dirty_expire_centisecs` ago (30 s by
-    /// default; 5 s more while the inode's block is dirty): creating a file scans past every such
-    /// inode, reading its block (`recently_deleted()` in fs/ext4/ialloc.c). Removing an earlier
-    /// run's engines — by the fixture, or at the end of a run that finished just before this one
-    /// started — frees ~100 000 inodes, and one file per entry's puts, a new file each, ran at
-    /// about half speed while they were recent (Docs/Benchmarks.md, "recently deleted inodes").
-    /// Trove and SQLite create almost no files, so the timed rows would have flattered them.
-    private func waitOutRecentDeletions(since: ContinuousClock.Instant) {
-        let setting = try? String(contentsOfFile: "/proc/sys/vm/dirty_expire_centisecs", encoding: .utf8)
-        let centiseconds = setting.flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) } ?? 3_000
-        let left = since + .milliseconds(centiseconds * 10) + .seconds(5) - .now
-        guard left > .zero else { return }
-        let seconds = left.formatted(.units(allowed: [.seconds], fractionalPart: .show(length: 1)))
-        progress("waiting \(seconds) until the inodes an earlier run freed are not recent (ext4 skips those in creating a file)")
-        Thread.sleep(forTimeInterval: Double(left.components.seconds) + Double(left.components.attoseconds) / 1e18)
     }
 
     /// The store's memory budget (issue 11; Docs/Architecture.md, "Memory").

@@ -9,10 +9,11 @@ extension TroveCommand {
             discussion: """
                 Runs every workload against the three engines on the same generated data in a \
                 temporary directory, then prints ops/s, p50 and p99 per engine with Trove's ratio \
-                to each baseline, and checks the targets of DESIGN.md. About two minutes, of which \
-                up to 35 s may be a wait before the timed rows: ext4 slows the creation of files \
-                (one file per entry's puts) while an earlier run's removed files are recent. \
-                --quick takes seconds and does not wait. Progress goes to stderr.
+                to each baseline, and checks the targets of DESIGN.md. About two minutes; --quick \
+                takes seconds. Progress goes to stderr. On ext4 without a journal, leave six \
+                minutes after removing many files (or after an earlier run) before a run whose \
+                ratios you judge: creating files, as one file per entry does, is slower until \
+                then (Docs/Benchmarks.md, "recently deleted inodes").
                 """)
 
         @Flag(help: "A smoke run: small population and few operations (seconds).")

@@ -206,24 +206,37 @@ import TroveTestSupport
 }
 
 @Suite struct SuiteTests {
-    /// The runs that judge targets wait out an earlier run's freed inodes before their timed rows
-    /// (one file per entry's creates pay for them); smoke runs do not. The wait is a setting of
-    /// the run: a report's plan encodes and decodes without it.
-    @Test func standardRunsWaitOutRecentDeletions() throws {
-        #expect(BenchmarkPlan.standard.waitsOutRecentDeletions)
-        #expect(!BenchmarkPlan.quick.waitsOutRecentDeletions)
-        let encoded = try JSONEncoder().encode(BenchmarkPlan.standard)
-        #expect(!String(decoding: encoded, as: UTF8.self).contains("waitsOutRecentDeletions"))
-        let decoded = try JSONDecoder().decode(BenchmarkPlan.self, from: encoded)
-        #expect(decoded.population == BenchmarkPlan.standard.population)
-        #expect(decoded.sections == BenchmarkPlan.standard.sections)
+    /// A reused directory's engines are set aside, not removed, before the population (removing
+    /// them would free their inodes right before the timed rows), and removed by
+    /// ``EngineFixture/removeSetAside(in:)``.
+    @Test func anEarlierRunsEnginesAreSetAsideThenRemoved() async throws {
+        try await withTemporaryDirectory { dir in
+            let engines = dir + "/engines"
+            try FileManager.default.createDirectory(atPath: engines + "/files/ab", withIntermediateDirectories: true)
+            try Data("old".utf8).write(to: URL(fileURLWithPath: engines + "/files/ab/earlier"))
+            let fixture = try EngineFixture(directory: engines, population: 10)
+            let names = try FileManager.default.contentsOfDirectory(atPath: engines)
+            let aside = names.filter { $0.hasPrefix("files" + EngineFixture.setAsideMark) }
+            #expect(aside.count == 1, "\(names)")
+            #expect(FileManager.default.fileExists(atPath: engines + "/" + (aside.first ?? "") + "/ab/earlier"))
+            #expect(!FileManager.default.fileExists(atPath: engines + "/files/ab/earlier"))
+            #expect(try fixture.files.get(EngineFixture.populationKey(3)) == EngineFixture.populationValue(fixture.pool, 3))
+            fixture.close()
+            EngineFixture.removeSetAside(in: engines)
+            let left = try FileManager.default.contentsOfDirectory(atPath: engines)
+            #expect(left.sorted() == ["files", "sqlite", "trove"], "\(left)")
+        }
     }
 
     /// A tiny plan exercises every workload and its verification end to end; no timing is checked.
     @Test func aTinyRunCompletesAndChecksTargets() async throws {
         try await withTemporaryDirectory { dir in
+            // An earlier run's engine, which the run sets aside and removes after its last row.
+            try FileManager.default.createDirectory(atPath: dir + "/engines/sqlite", withIntermediateDirectories: true)
             let plan = BenchmarkPlan(population: 200, scaleEntries: 10_000, operationScale: 0.01, directory: dir)
             let report = try await offPool { try BenchmarkSuite(plan: plan).run() }
+            let left = try FileManager.default.contentsOfDirectory(atPath: dir + "/engines")
+            #expect(!left.contains { $0.contains(EngineFixture.setAsideMark) }, "\(left)")
             let workloads = Set(report.results.map(\.workload))
             for name in [
                 "put 4KiB", "warm get 4KiB", "put 64KiB", "warm get 64KiB", "put 1MiB", "warm get 1MiB",
