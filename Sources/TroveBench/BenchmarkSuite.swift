@@ -23,7 +23,7 @@ public struct BenchmarkPlan: Codable, Sendable {
     /// (``FirstReadBenchmark``); nil skips them.
     public var workerExecutable: String?
 
-    /// About two minutes on a 2-core machine.
+    /// A few minutes on a 2-core machine (the engines group alone: 1.5–2 min).
     public static let standard = BenchmarkPlan(population: 100_000, scaleEntries: 100_000, operationScale: 1, directory: nil)
     /// Seconds: a smoke run.
     public static let quick = BenchmarkPlan(population: 5_000, scaleEntries: 20_000, operationScale: 0.1, directory: nil)

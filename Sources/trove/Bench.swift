@@ -9,7 +9,7 @@ extension TroveCommand {
             discussion: """
                 Runs every workload against the three engines on the same generated data in a \
                 temporary directory, then prints ops/s, p50 and p99 per engine with Trove's ratio \
-                to each baseline, and checks the targets of DESIGN.md. About two minutes; --quick \
+                to each baseline, and checks the targets of DESIGN.md. A few minutes; --quick \
                 takes seconds. Progress goes to stderr. On ext4 without a journal, leave six \
                 minutes after removing many files (or after an earlier run) before a run whose \
                 ratios you judge: creating files, as one file per entry does, is slower until \

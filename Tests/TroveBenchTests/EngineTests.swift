@@ -105,7 +105,7 @@ import TroveTestSupport
     /// The floor of the dedup-heavy row: a value put again under a new key is stored once and
     /// read back under both; a stored value whose bytes changed on disk no longer matches the
     /// repeat (it is compared, not trusted by its hash), so the repeat is written anew; turning
-    /// the mode off forgets the candidates.
+    /// the mode off and on again forgets the candidates and the count.
     @Test func knownPlaceEngineDeduplicatesAfterComparingBytes() async throws {
         try await withTemporaryDirectory { dir in
             let path = dir + "/floor"
@@ -142,6 +142,16 @@ import TroveTestSupport
             try engine.put(a, key: "a3", etag: "")
             #expect(size() == 80 << 10)
             #expect(try engine.get("a3") == a)
+
+            // On again: only values put from now on are candidates, and the count starts over.
+            engine.deduplicates = true
+            #expect(engine.deduplicatedPuts == 0)
+            try engine.put(a, key: "a4", etag: "")
+            #expect(size() == 100 << 10)
+            try engine.put(a, key: "a5", etag: "")
+            #expect(size() == 100 << 10)
+            #expect(engine.deduplicatedPuts == 1)
+            #expect(try engine.get("a5") == a)
             try engine.close()
         }
     }
