@@ -3,9 +3,10 @@ import Foundation
 /// Zeros written into a segment ahead of its writer, and synced, on a thread other than the
 /// writer's.
 ///
-/// A write that extends a file makes its `fdatasync` commit the file system's journal (new
-/// blocks, a new size); a write that lands inside the file's size, on blocks the file already
-/// has, makes the `fdatasync` write the data and flush the disk's cache only. On this machine's
+/// A write that extends a file makes its `fdatasync` write the file's metadata too (new blocks,
+/// a new size: a journal commit, or the inode itself on ext4 without a journal); a write that
+/// lands inside the file's size, on blocks the file already has, makes the `fdatasync` write the
+/// data and flush the disk's cache only. On this machine's
 /// ext4 that sync costs 150–276 µs instead of 219–297 µs, the filling paid for
 /// (Docs/Benchmarks.md, "zeros ahead of `full` writes"). The price: every byte is written to
 /// the disk twice, and the file holds up to a chunk of zeros past its records, which sealing
