@@ -129,6 +129,9 @@ public final class BenchmarkSuite {
 
     /// Runs every workload and returns the results with the targets checked.
     public func run() throws -> BenchmarkReport {
+        // Last, after every timed row (or a failed one): the engines an earlier run left, set
+        // aside by the fixture.
+        defer { EngineFixture.removeSetAside(in: root + "/engines") }
         if plan.sections.contains(.engines) { try runEngines() }
         if plan.sections.contains(.firstReads), let executable = plan.workerExecutable {
             results += try FirstReadBenchmark.run(
@@ -144,8 +147,6 @@ public final class BenchmarkSuite {
             }
             for line in lines.withLock({ $0 }) { progress(line) }
         }
-        // Last, after every timed row: the engines an earlier run left, set aside by the fixture.
-        EngineFixture.removeSetAside(in: root + "/engines")
         return BenchmarkReport(plan: plan, results: results, targets: checkTargets())
     }
 
