@@ -12,19 +12,18 @@ extension Store {
         public var segmentSize: Int64 = 64 << 20
 
         /// Bytes of zeros kept in the active segment's file ahead of its writes — written and
-        /// synced on a thread of the store's own — so that a write lands inside the file, on
-        /// blocks it already has, and its fdatasync commits no file-system journal. Default 0:
-        /// none. Measured here under `full` (Docs/Benchmarks.md, "zeros ahead of `full`
-        /// writes"): a sync after such a write costs 150–276 µs, fills included, against
-        /// 219–297 µs after an append, and the median `full` put fell in most rows (64 KiB:
-        /// 196–240 µs against 326–596); but a
-        /// writer's sync that comes between a fill's write and its sync writes the zeros back
-        /// too, so the slowest puts (p99) got 2–9 times slower, and eight writers gained
-        /// nothing reliable — hence off. Every byte reaches the disk twice, and the file holds
-        /// up to 1¼ times this much past its records (counted in ``Store/statistics()`` and
-        /// against ``capacity``); the zeros are cut when the segment is sealed and when the store
-        /// closes; after a crash, opening cuts them from the newest segment as a torn tail
-        /// (reported).
+        /// synced on a thread of the store's own — so that a write lands inside the file, on blocks
+        /// it already has, and its fdatasync writes no file metadata (no journal commit; on ext4
+        /// without a journal, no inode write). Default 0: none. Measured here under `full`
+        /// (Docs/Benchmarks.md, "zeros ahead of `full` writes"): a sync after such a write costs
+        /// 150–276 µs, fills included, against 219–297 µs after an append, and the median `full`
+        /// put fell in most rows (64 KiB: 196–240 µs against 326–596); but a writer's sync that
+        /// comes between a fill's write and its sync writes the zeros back too, so the slowest puts
+        /// (p99) got 2–9 times slower, and eight writers gained nothing reliable — hence off. Every
+        /// byte reaches the disk twice, and the file holds up to 1¼ times this much past its
+        /// records (counted in ``Store/statistics()`` and against ``capacity``); the zeros are cut
+        /// when the segment is sealed and when the store closes; after a crash, opening cuts them
+        /// from the newest segment as a torn tail (reported).
         public var zeroFill: Int64 = 0
 
         /// How often the committer thread syncs queued writes (``Durability/batched``) and applies
