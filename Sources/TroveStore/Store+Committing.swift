@@ -52,7 +52,7 @@ extension Store {
         else {
             // Nothing to commit (and so nothing to sync), but reads fill the map too: it is held
             // to its limit here as well.
-            holdLocationMapToLimit()
+            holdLocationMap(committed: state.committedSequence)
             return bound
         }
         // The pack's sync runs beside the apply, and the transaction commits only after it. (A
@@ -67,7 +67,7 @@ extension Store {
             // and the read times, which are held to their bounds here (read times are advisory:
             // this cycle's are dropped).
             shared.withLock { $0.readTimes.removeAll() }
-            holdLocationMapToLimit()
+            holdLocationMap(committed: state.committedSequence)
             throw error
         }
         var superseded: [LinkRecord] = []
@@ -108,15 +108,8 @@ extension Store {
                 _ = try? withAppender { (appender) throws(StoreError) in _ = try appendTombstone(for: link.key, to: appender) }
             }
         }
-        // Every slot of a committed write is answered by the index now: drop committed removals,
-        // and when the map is over its limit, let go of slots other than queued writes' until it
-        // is a sixteenth under it.
-        let limit = configuration.locationCacheLimit
-        let (released, dropped) = appender.withLock { appender in
-            let released = appender.release(snapshot)
-            return (released, shared.withLock { $0.map.committed(limit: limit, waiting: appender.waitingKeys(removalsOnly:)) })
-        }
-        reclaimer.release(dropped)
+        let released = appender.withLock { $0.release(snapshot) }
+        holdLocationMap(committed: state.committedSequence)
         // The released records are freed here, after the appender lock (with the snapshot's
         // reference, the last ones).
         withExtendedLifetime(released) {}
@@ -222,19 +215,39 @@ extension Store {
         }
     }
 
-    /// Brings the location map a sixteenth under ``Configuration/locationCacheLimit`` keys
-    /// (never dropping a queued write's slot) when it holds more, in a cycle that had nothing to
-    /// commit (held:
-    /// the committer lock, so no snapshot is in flight and every write not yet committed is in
-    /// the queue).
-    private func holdLocationMapToLimit() {
+    /// Every slot of a write numbered below `committed` is answered by the index: drops those of
+    /// committed removals, and when the map holds more than ``Configuration/locationCacheLimit``
+    /// keys, lets go of slots of committed writes and of reads until it is a sixteenth under it —
+    /// never of a queued write, whose number is `committed` or above. Takes the map's lock only,
+    /// a chunk of slots at a time, so puts and gets go on between chunks; the slots let go of are
+    /// freed by the reclaimer, after the lock. Held: the committer lock.
+    private func holdLocationMap(committed: UInt64) {
         let limit = configuration.locationCacheLimit
-        guard shared.withLock({ $0.map.count > limit }) else { return }
-        let dropped = appender.withLock { appender in
-            shared.withLock { $0.map.committed(limit: limit, waiting: appender.waitingKeys(removalsOnly:)) }
+        var dropped = LocationMap.Dropped()
+        // As many chunks as the map was over its target when the eviction began, and one more:
+        // reads that fill the map between chunks wait for the next cycle, so that a stream of
+        // them cannot keep this cycle evicting.
+        var chunksLeft = 0
+        var continuing = false
+        while true {
+            let (chunk, more) = shared.withLock { shared in
+                if !continuing {
+                    let over = shared.map.count - LocationMap.evictionTarget(limit: limit)
+                    chunksLeft = max(0, over) / Self.evictionChunk + 1
+                }
+                return shared.map.committed(
+                    limit: limit, through: committed, atMost: Self.evictionChunk, continuing: continuing)
+            }
+            if continuing { dropped.merge(chunk) } else { dropped = chunk }
+            chunksLeft -= 1
+            guard more, chunksLeft > 0 else { break }
+            continuing = true
         }
         reclaimer.release(dropped)
     }
+
+    /// Slots the location map lets go of per hold of its lock when it evicts: ~0.1 ms of work.
+    static let evictionChunk = 512
 
     /// Drops every entry linked to `blob`, whose record is the one the index names but whose
     /// payload fails its checksum: a tombstone per key (so that no replay of the packs can

@@ -430,7 +430,7 @@ extension Store {
         state.enqueue(offset: offset, length: length, .tombstone(tombstone))
         state.nextSequence += 1
         shared.withLock { shared in
-            shared.map.removed(key)
+            shared.map.removed(key, sequence: tombstone.sequence)
             shared.readTimes[key] = nil
         }
         return tombstone.sequence

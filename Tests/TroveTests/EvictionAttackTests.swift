@@ -428,7 +428,7 @@ import TroveTestSupport
             let generation = map.generation
             for i in 0..<100_000 { map.fill(entry, for: key(i), readAt: generation) }
             let reclaimer = Reclaimer()
-            reclaimer.release(map.committed(limit: limit, waiting: { _ in [] }))
+            reclaimer.release(map.committed(limit: limit, through: .max).dropped)
             reclaimer.stop()
             #expect(map.count == LocationMap.evictionTarget(limit: limit))
             let capacity = Self.tableCapacity(map)

@@ -51,7 +51,7 @@ import TroveTestSupport
             reclaimer.stop()
             var map = LocationMap(observer: nil)
             for i in 0..<(2 * Reclaimer.threshold) { map.stored(entry, for: key(i)) }
-            let dropped = map.committed(limit: 0, waiting: { _ in [] })
+            let dropped = map.committed(limit: 0, through: .max).dropped
             #expect(dropped.count == 2 * Reclaimer.threshold)
             #expect(map.count == 0)
             reclaimer.release(dropped)
@@ -72,42 +72,61 @@ import TroveTestSupport
                 var map = LocationMap(observer: nil)
                 let n = Reclaimer.threshold + round * 7
                 for i in 0..<n { map.stored(entry, for: key(i, variant: "\(round)")) }
-                let dropped = map.committed(limit: 0, waiting: { _ in [] })
+                let dropped = map.committed(limit: 0, through: .max).dropped
                 total += dropped.count
                 reclaimer.release(dropped)
             }
             // A small one is freed inline.
             var small = LocationMap(observer: nil)
             for i in 0..<(Reclaimer.threshold - 1) { small.stored(entry, for: key(i)) }
-            reclaimer.release(small.committed(limit: 0, waiting: { _ in [] }))
+            reclaimer.release(small.committed(limit: 0, through: .max).dropped)
             reclaimer.stop()
             #expect(reclaimer.freedSlots == total)
         }
     }
 
-    /// The waiting keys' slots survive a drop (present and removed, unchanged); every committed
-    /// removal goes; other slots go until the map is at its eviction target (or holds only
-    /// waiting slots); and what is dropped is exactly what left the map.
-    @Test(arguments: [0, 1, 4_095, 4_096, 4_097, 7_000, 8_194])
-    func aDropKeepsTheWaitingSlotsAndEvictsToTheTarget(limit: Int) async throws {
+    /// The map of a store whose committed sequence is `committed`, holding `n` slots — every
+    /// fifth a removal — of which those of keys `i % 3 == 0` wait (their writes are numbered
+    /// `committed` and above, as a queued write's is): the sequence numbers of a commit.
+    static func mapWithWaitingSlots(_ entry: IndexedEntry, n: Int, committed: UInt64) -> LocationMap {
+        var map = LocationMap(observer: nil)
+        for i in 0..<n {
+            let sequence = i % 3 == 0 ? committed + UInt64(i) : UInt64(i)
+            if i % 5 == 0 {
+                map.removed(key(i), sequence: sequence)
+            } else {
+                var numbered = entry
+                numbered.entry.sequence = sequence
+                map.stored(numbered, for: key(i))
+            }
+        }
+        return map
+    }
+
+    /// The waiting slots (numbered at or above the committed sequence) survive a drop (present
+    /// and removed, unchanged); every committed removal goes; other slots go until the map is at
+    /// its eviction target (or holds only waiting slots); and what is dropped is exactly what
+    /// left the map — whether the eviction runs in one call or a few hundred slots per call
+    /// (``LocationMap/committed(limit:through:atMost:continuing:)``, as the store calls it).
+    @Test(arguments: [0, 1, 4_095, 4_096, 4_097, 7_000, 8_194], [Int.max, 300])
+    func aDropKeepsTheWaitingSlotsAndEvictsToTheTarget(limit: Int, atMost: Int) async throws {
         try await withTemporaryDirectory { dir in
             let entry = try Self.someEntry(dir)
-            var map = LocationMap(observer: nil)
             let n = 8_192 + 3
-            for i in 0..<n {
-                if i % 5 == 0 { map.removed(key(i)) } else { map.stored(entry, for: key(i)) }
-            }
+            let committed: UInt64 = 1_000_000
+            var map = Self.mapWithWaitingSlots(entry, n: n, committed: committed)
             let waiting = Set((0..<n).filter { $0 % 3 == 0 }.map { key($0) } + [key(n + 10)])
             let before = map.table
-            let dropped = map.committed(
-                limit: limit,
-                waiting: { removalsOnly in
-                    removalsOnly
-                        ? Set(
-                            waiting.filter { k in
-                                if case .removed? = before[k] { return true } else { return false }
-                            }) : waiting
-                })
+            var (dropped, more) = map.committed(limit: limit, through: committed, atMost: atMost)
+            var calls = 1
+            while more {
+                let (chunk, again) = map.committed(limit: limit, through: committed, atMost: atMost, continuing: true)
+                #expect(chunk.count <= atMost)
+                dropped.merge(chunk)
+                more = again
+                calls += 1
+            }
+            if atMost == Int.max { #expect(calls == 1) }
             let kept = map.table
             let waitingSlots = Set(waiting.filter { before[$0] != nil })
             let committedRemovals = before.filter { k, slot in
@@ -378,14 +397,23 @@ import TroveTestSupport
         try await withTemporaryDirectory { dir in
             let entry = try Self.someEntry(dir)
             var map = LocationMap(observer: nil)
+            let committed: UInt64 = 1_000_000
             var other = entry
             other.entry.sequence &+= 99
             map.pin([key(1): .removed, key(2): .present(other), key(9_999_999): .present(other)])
+            // Even keys wait: their writes are numbered at or above the committed sequence.
             for i in 0..<6_000 {
-                if i % 4 == 0 { map.removed(key(i)) } else { map.stored(entry, for: key(i)) }
+                let waits = i % 2 == 0
+                if i % 4 == 0 {
+                    map.removed(key(i), sequence: waits ? committed + 1 : 1)
+                } else {
+                    var numbered = entry
+                    numbered.entry.sequence = waits ? committed + UInt64(i) : UInt64(i)
+                    map.stored(numbered, for: key(i))
+                }
             }
             let waiting = Set((0..<6_000).filter { $0 % 2 == 0 }.map { key($0) })
-            let dropped = map.committed(limit: 10, waiting: { _ in waiting })
+            let dropped = map.committed(limit: 10, through: committed).dropped
             #expect(dropped.count == 6_000 - waiting.count, "every slot but the waiting ones")
             let pending = map.pending
             #expect(pending.count == waiting.count + 2, "waiting slots, and pinned 1 and 9 999 999")
@@ -397,7 +425,7 @@ import TroveTestSupport
             }
             // Key 2 is waiting: its slot (present) covers its pin.
             if case .present(let e)? = pending[key(2)] {
-                #expect(e == entry)
+                #expect(e.entry.sequence == committed + 2)
             } else {
                 Issue.record("slot of 2 did not cover its pin")
             }

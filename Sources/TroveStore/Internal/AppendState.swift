@@ -188,21 +188,4 @@ extension AppendState {
             sequence: sequence, queueLength: queue.count, oldestQueued: releasedSequence,
             end: PackPosition(segment: pack.segment.id, offset: pack.end))
     }
-
-    /// The keys with a write still in the queue; with `removalsOnly`, those with a queued
-    /// tombstone only (the one question a commit asks of the queue when the location map is
-    /// under its limit: which removals are not committed yet).
-    ///
-    /// - Complexity: O(queue); a string hash per record it collects.
-    func waitingKeys(removalsOnly: Bool) -> Set<CacheKey> {
-        var waiting = Set<CacheKey>()
-        for write in queue {
-            switch write.record.content {
-            case .link(let link): if !removalsOnly { waiting.insert(CacheKey(url: link.url, variant: link.variant)) }
-            case .tombstone(let t): waiting.insert(CacheKey(url: t.url, variant: t.variant))
-            case .blob: break
-            }
-        }
-        return waiting
-    }
 }
