@@ -224,7 +224,8 @@ extension Store {
     private func holdLocationMap(committed: UInt64) {
         let limit = configuration.locationCacheLimit
         var dropped = LocationMap.Dropped()
-        // As many chunks as the map was over its target when the eviction began, and one more:
+        // The chunks it takes to let go of what the map was over its target when the eviction
+        // began, and one more:
         // reads that fill the map between chunks wait for the next cycle, so that a stream of
         // them cannot keep this cycle evicting.
         var chunksLeft = 0
