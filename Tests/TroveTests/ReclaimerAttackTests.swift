@@ -391,6 +391,111 @@ import TroveTestSupport
         }
     }
 
+    /// Evictions of several chunks (`Store.evictionChunk` slots per hold of the shared lock)
+    /// racing writers that read each of their own writes back at once, and readers whose misses
+    /// fill the map by more than a chunk between two cycles: every write is read back as written
+    /// (read-your-writes, a removal as nil), every value a reader gets is the bytes of a write of
+    /// its key, and after a flush and after reopening every key holds its last write.
+    @Test(arguments: [600, 1_500])
+    func chunkedEvictionsKeepEveryWritersOwnWrites(limit: Int) async throws {
+        try await withTemporaryDirectory { dir in
+            let keyCount = 4_000
+            @Sendable func bytes(_ k: Int, _ version: Int) -> Data {
+                var b = testBytes(seed: UInt64(k * 100_003 + version), count: 16 + (version * 29) % 200)
+                b[0] = UInt8(k & 0xFF)
+                b[1] = UInt8(k >> 8)
+                b[2] = UInt8(version & 0xFF)
+                b[3] = UInt8(version >> 8)
+                return Data(b)
+            }
+            // Cycles far enough apart that the readers' misses fill the map by several chunks
+            // between two of them.
+            let store = try openStore(dir, segmentSize: 1 << 20) {
+                $0.batchInterval = .milliseconds(50)
+                $0.batchSize = 4_096
+                $0.compactionInterval = nil
+                $0.locationCacheLimit = limit
+            }
+            for k in 0..<keyCount { try store.put(bytes(k, 0), for: key(k)) }
+            try store.flush()
+            let writers = 2
+            // Per key, its last write: a version, or nil once removed (each writer owns its keys).
+            let last = Locked([Int?](repeating: 0, count: keyCount))
+            let stop = Locked(false)
+            let problems = Locked<[String]>([])
+            let reads = Locked(0)
+            @Sendable func note(_ message: String) { problems.withLock { if $0.count < 20 { $0.append(message) } } }
+            var bodies: [@Sendable () -> Void] = []
+            for w in 0..<writers {
+                bodies.append {
+                    var version = 1
+                    var generator = SeededGenerator(seed: UInt64(w + 1))
+                    // Versions fit the two bytes that carry them.
+                    while !stop.withLock({ $0 }), version < 60_000 {
+                        let k = Int(generator.next() % UInt64(keyCount / writers)) * writers + w
+                        do {
+                            if version % 5 == 0 {
+                                try store.remove(key(k))
+                                last.withLock { $0[k] = nil }
+                                if let data = try store.data(for: key(k)) {
+                                    note("writer \(w): \(k) removed, read \(data.count) bytes")
+                                }
+                            } else {
+                                try store.put(bytes(k, version), for: key(k))
+                                last.withLock { $0[k] = version }
+                                if try store.data(for: key(k)) != bytes(k, version) {
+                                    note("writer \(w): \(k) version \(version) not read back")
+                                }
+                            }
+                        } catch {
+                            note("writer \(w): \(error)")
+                        }
+                        version += 1
+                    }
+                }
+            }
+            for r in 0..<2 {
+                bodies.append {
+                    var k = r * keyCount / 2
+                    while !stop.withLock({ $0 }) {
+                        k = (k + 1) % keyCount
+                        do {
+                            if let data = try store.data(for: key(k)) {
+                                let v = Int(data[2]) | Int(data[3]) << 8
+                                if data.count < 16 || Int(data[0]) | Int(data[1]) << 8 != k || data != bytes(k, v) {
+                                    note("reader: \(k) holds bytes of no write")
+                                }
+                            }
+                        } catch {
+                            note("reader: \(error)")
+                        }
+                        reads.withLock { $0 += 1 }
+                    }
+                }
+            }
+            bodies.append {
+                Thread.sleep(forTimeInterval: 3)
+                stop.withLock { $0 = true }
+            }
+            await Self.run(bodies)
+            #expect(problems.withLock { $0 }.isEmpty, "\(problems.withLock { $0 })")
+            #expect(reads.withLock { $0 } > 2 * keyCount, "the readers swept the keys more than twice")
+            #expect(store.backgroundError == nil)
+            try store.flush()
+            #expect(store.shared.withLock { $0.map.count } <= limit)
+            LocationMapAttackTests.checkRemovedKeys(store, "after the race (limit \(limit))")
+            let expected = last.withLock { $0 }
+            func wrongKeys(_ store: Store) throws -> Int {
+                try (0..<keyCount).filter { k in try store.data(for: key(k)) != expected[k].map { bytes(k, $0) } }.count
+            }
+            #expect(try wrongKeys(store) == 0)
+            try store.close()
+            let reopened = try openStore(dir, segmentSize: 1 << 20)
+            defer { try? reopened.close() }
+            #expect(try wrongKeys(reopened) == 0)
+        }
+    }
+
     /// Listing from memory (`pending`, the overlay used when the commit fails) agrees with the
     /// map's own view after drops: every slot appears, slots over pinned ones.
     @Test func pendingIsTheTableAfterDrops() async throws {
