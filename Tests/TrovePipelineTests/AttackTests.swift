@@ -599,7 +599,13 @@ import TroveTestSupport
                 return try await group.reduce(into: [ImageResponse.Source]()) { $0.append($1) }
             }
             #expect(sources.filter { $0 == .stale(.revalidating) }.count >= 25)
-            try await Task.sleep(for: .milliseconds(800))
+            // Wait for the revalidation to send its request and to refresh the store (a loaded
+            // machine can take far longer than the origin's delay), then count the requests.
+            #expect(await f.origin.wait(upTo: .seconds(30)) { $0.requests >= 2 })
+            let deadline = ContinuousClock.now + .seconds(30)
+            while try await f.pipeline.image(for: url).source == .stale(.revalidating), ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(50))
+            }
             #expect(f.origin.requestCount(for: "/swr.jpg") == 2, "one background revalidation")
         }
     }
