@@ -53,10 +53,15 @@ import TroveTestSupport
         let first = queue.seal()
         queue.append(Self.write(1))
         queue.addBlob(blob(1), key)
-        #expect(queue.blobs(key).map(\.id) == [0, 1])
-        #expect(queue.blobs(other).isEmpty)
+        // More blobs with the same hash and length in one batch (bytes that differ under an equal
+        // hash): every one is found, in append order, the first one still first.
+        queue.addBlob(blob(2), key)
+        queue.addBlob(blob(3), key)
+        queue.addBlob(blob(4), other)
+        #expect(queue.blobs(key).map(\.id) == [0, 1, 2, 3])
+        #expect(queue.blobs(other).map(\.id) == [4])
         _ = queue.removeSealed(first.count)
-        #expect(queue.blobs(key).map(\.id) == [1])
+        #expect(queue.blobs(key).map(\.id) == [1, 2, 3])
         #expect(queue.holdsBlobs)
         _ = queue.removeSealed(queue.seal().count)
         #expect(queue.blobs(key).isEmpty && !queue.holdsBlobs)

@@ -16,8 +16,23 @@ import TroveIndex
 struct WriteQueue: Sequence {
     fileprivate struct Batch {
         var writes: [PendingWrite] = []
-        /// Blobs appended by this batch's records, by hash and length.
-        var blobs: [PendingBlobKey: [BlobRow]] = [:]
+        /// The first blob this batch's records appended with each hash and length: held inline,
+        /// not in an array of its own, so that a put of new bytes allocates nothing here.
+        var blobs: [PendingBlobKey: BlobRow] = [:]
+        /// Later blobs with a hash and length `blobs` already holds, in append order: bytes that
+        /// differ under an equal hash, or a copy appended while the first one's segment was being
+        /// rewritten. Almost always empty.
+        var moreBlobs: [PendingBlobKey: [BlobRow]] = [:]
+
+        init() {}
+
+        /// An empty batch with room for `writes` records and `blobs` blobs: sized like the batch
+        /// before it, a burst's batch fills without growing (each growth allocated the next size
+        /// and moved every record, under the appender lock).
+        init(reservingWrites writes: Int, blobs: Int) {
+            self.writes.reserveCapacity(writes)
+            self.blobs.reserveCapacity(blobs)
+        }
     }
 
     /// Batches a release took out of the queue, to be let go of after the appender lock.
@@ -44,14 +59,18 @@ struct WriteQueue: Sequence {
     /// A blob the last appended record added (its ``append(_:)`` comes first or after, under
     /// the same lock): found by ``blobs(_:)`` until the batch is released.
     mutating func addBlob(_ blob: BlobRow, _ key: PendingBlobKey) {
-        open.blobs[key, default: []].append(blob)
+        // One lookup on the usual path (the first blob with this key in the batch).
+        if let first = open.blobs.updateValue(blob, forKey: key) {
+            open.blobs[key] = first
+            open.moreBlobs[key, default: []].append(blob)
+        }
     }
 
-    /// The queued blobs with this hash and length, oldest batch first.
+    /// The queued blobs with this hash and length, oldest first.
     func blobs(_ key: PendingBlobKey) -> [BlobRow] {
         var found: [BlobRow] = []
-        for batch in sealed { if let rows = batch.blobs[key] { found += rows } }
-        if let rows = open.blobs[key] { found += rows }
+        for batch in sealed { batch.appendBlobs(key, to: &found) }
+        open.appendBlobs(key, to: &found)
         return found
     }
 
@@ -63,8 +82,9 @@ struct WriteQueue: Sequence {
     /// held; batches left by a failed cycle are joined (a copy, on that rare path only).
     mutating func seal() -> [PendingWrite] {
         if !open.writes.isEmpty || !open.blobs.isEmpty {
+            let (writes, blobs) = (open.writes.count, open.blobs.count)
             sealed.append(open)
-            open = Batch()
+            open = Batch(reservingWrites: writes, blobs: blobs)
         }
         switch sealed.count {
         case 0: return []
@@ -93,5 +113,14 @@ struct WriteQueue: Sequence {
 
     func makeIterator() -> FlattenSequence<[[PendingWrite]]>.Iterator {
         (sealed.map(\.writes) + [open.writes]).joined().makeIterator()
+    }
+}
+
+extension WriteQueue.Batch {
+    /// Appends this batch's blobs with `key` to `found`, in append order.
+    fileprivate func appendBlobs(_ key: PendingBlobKey, to found: inout [BlobRow]) {
+        guard let first = blobs[key] else { return }
+        found.append(first)
+        if let more = moreBlobs[key] { found += more }
     }
 }
