@@ -18,9 +18,10 @@ public import TroveCore
 /// the records of that write; a reader checks the records it names (the link's identity is the
 /// key digest and that sequence) and serves them without asking SQLite. So a place must never
 /// outlive a change of its row: the writer's connection reports every change of an entry row
-/// (SQLite's update hook, whatever statement made it), which takes the row's place away at
-/// once, and a write that knows its new place sets it only when its transaction commits.
-/// Between the two the row has no place and readers ask SQLite. Places of rows whose blob and
+/// (SQLite's update hook, whatever statement made it), and the places of the rows a transaction
+/// changed go right before it commits (SQLite's commit hook), before any other connection can
+/// see the change; a write that knows its new place sets it only when its transaction has
+/// committed. Between the two the row has no place and readers ask SQLite. Places of rows whose blob and
 /// link are not neighbours (deduplicated bytes, metadata updates) or that the compactor moved
 /// are not kept: those rows are read through SQLite, as before. A place the compactor made
 /// stale when it moved a blob still names intact records of that write (or a segment that is
@@ -125,11 +126,19 @@ public final class EntryDigestTable: Sendable {
         }
     }
 
-    /// Row `id` changed (or went): its place, if any, no longer holds.
-    func forgetPlace(_ id: Int64) {
-        state.withLock { state in
-            state.places.removeValue(forKey: id)
-            state.changed(id)
+    /// Rows `ids` changed (or went): their places, if any, no longer hold. A few hundred a hold
+    /// of the lock, so that a put's lookup never waits for a whole commit's rows.
+    func forgetPlaces(_ ids: [Int64]) {
+        var start = ids.startIndex
+        while start < ids.endIndex {
+            let end = min(start + 256, ids.endIndex)
+            state.withLock { state in
+                for id in ids[start..<end] {
+                    state.places.removeValue(forKey: id)
+                    state.changed(id)
+                }
+            }
+            start = end
         }
     }
 

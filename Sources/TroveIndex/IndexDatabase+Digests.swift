@@ -145,15 +145,22 @@ extension IndexDatabase {
 }
 
 /// Keeps the places of an ``EntryDigestTable`` with one writer connection's changes: SQLite
-/// reports every entry row the connection inserts, updates or deletes (its update hook), and
-/// ``rowChanged(_:)`` takes that row's place away at once, whatever statement made the change;
-/// a write that knows the row's new place stages it, and the place is set when the transaction
-/// commits. Confined to the connection's owner, like the connection.
+/// reports every entry row the connection inserts, updates or deletes (its update hook,
+/// ``rowChanged(_:)``), whatever statement made the change, and those rows' places are taken
+/// away before the change can be seen: in one hold of the table's lock, right before the
+/// transaction commits (SQLite's commit hook, ``transactionEnding()``, which also runs before a
+/// statement outside a transaction commits itself). Until then the places describe the
+/// committed rows, which are all another connection sees. A write that knows the row's new place
+/// stages it, and the place is set when the transaction has committed. Confined to the
+/// connection's owner, like the connection.
 final class PlaceKeeper {
     private let table: EntryDigestTable
     /// Places of rows the open transaction wrote, and read times it raised.
     private var staged: [Int64: EntryPlace] = [:]
     private var stagedReads: [Int64: Int64] = [:]
+    /// Rows the open transaction changed, whose places go before it commits (one hold of the
+    /// table's lock for them all, not one a row: the puts' key lookups wait on that lock).
+    private var changed: [Int64] = []
     /// Set while statements that change read times alone run: their rows keep their places.
     var keepingPlaces = false
 
@@ -162,11 +169,21 @@ final class PlaceKeeper {
     }
 
     /// Entry row `id` was inserted, updated or deleted (inside the statement): its place no
-    /// longer holds, and one staged for it earlier in the transaction is outdated.
+    /// longer holds once the change commits, and one staged for it earlier in the transaction is
+    /// outdated.
     func rowChanged(_ id: Int64) {
         guard !keepingPlaces else { return }
         staged[id] = nil
-        table.forgetPlace(id)
+        changed.append(id)
+    }
+
+    /// The connection's transaction is about to commit, or rolled back: the places of the rows it
+    /// changed go now (after a rollback they would still hold; they go all the same, and those
+    /// rows are read through SQLite until written again).
+    func transactionEnding() {
+        guard !changed.isEmpty else { return }
+        table.forgetPlaces(changed)
+        changed.removeAll(keepingCapacity: true)
     }
 
     /// Row `id`'s new place, set when the transaction commits (`now`: outside one, at once).

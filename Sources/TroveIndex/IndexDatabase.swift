@@ -60,7 +60,9 @@ public final class IndexDatabase {
             // segment's tail (Docs/Architecture.md, "Durability").
             try connection.execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY;")
             try migrate()
-            if let places { connection.observeRowChanges(inTable: "entries", places.rowChanged) }
+            if let places {
+                connection.observeRowChanges(inTable: "entries", places.rowChanged, ending: places.transactionEnding)
+            }
             try loadDigests()
         }
     }

@@ -302,10 +302,12 @@ import TroveTestSupport
 
     // MARK: Places
 
-    /// A row's place (what a cold get reads without SQLite) is never older than the row: every
-    /// statement that changes the row takes the place away at once — the writer's own, and one
-    /// nobody announced, since SQLite reports each changed row — and a write sets the new place
-    /// only when its transaction commits; a rollback leaves none. Read times raise a place
+    /// A row's place (what a cold get reads without SQLite) is never older than the committed
+    /// row: every statement that changes the row — the writer's own, and one nobody announced,
+    /// since SQLite reports each changed row — takes the place away before its transaction
+    /// commits (a statement outside one commits itself), and until then the place still
+    /// describes the committed row, the only one another connection sees; a write sets the new
+    /// place only when its transaction has committed; a rollback leaves none. Read times raise a place
     /// without taking it away. Loaded places describe their rows exactly as written ones do.
     @Test func placesAreNeverOlderThanTheirRows() async throws {
         try await withTemporaryDirectory { dir in
@@ -337,13 +339,16 @@ import TroveTestSupport
             #expect(place(dup) == nil)
             #expect(digests.placeCount == 10)
 
-            // A replacement: gone with the statement, back with the commit, naming the new write.
+            // A replacement: the committed row's place until the commit (what a reader connection
+            // still reads), then the new write's.
+            let reader = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: true, digests: digests)
             var replacement = try row(key(1))
             replacement.sequence += 1_000
             replacement.etag = "replaced"
             try index.begin()
             try index.link(replacement)
-            #expect(place(key(1)) == nil, "an uncommitted write has no place, and the old one is gone")
+            #expect(place(key(1)) == written[key(1)], "an uncommitted write has no place, and the old one stays")
+            #expect(try reader.entryRow(digest: key(1).digest)?.sequence == written[key(1)]?.sequence)
             try index.commit()
             #expect(place(key(1))?.sequence == replacement.sequence)
             #expect(place(key(1))?.fingerprint != written[key(1)]?.fingerprint)
@@ -363,10 +368,11 @@ import TroveTestSupport
             try index.connection.execute("UPDATE entries SET cost = cost WHERE url = '\(key(3).url)'")
             #expect(place(key(3)) == nil, "even an update that changes no value")
 
-            // A removal: gone with the statement, whether or not it commits.
+            // A removal: the place stays while the removal is uncommitted, and goes when the
+            // transaction ends, whether or not it commits.
             try index.begin()
             #expect(try index.removeEntry(digest: key(4).digest) != nil)
-            #expect(place(key(4)) == nil)
+            #expect(place(key(4)) == written[key(4)])
             try index.rollback()
             #expect(place(key(4)) == nil)
             try index.writing { try index.removeEntry(digest: key(5).digest) }

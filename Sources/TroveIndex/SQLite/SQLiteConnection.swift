@@ -39,6 +39,8 @@ final class SQLiteConnection {
     deinit {
         if let rowObserver {
             sqlite3_update_hook(handle, nil, nil)
+            sqlite3_commit_hook(handle, nil, nil)
+            sqlite3_rollback_hook(handle, nil, nil)
             Unmanaged.passUnretained(rowObserver).release()
         }
         // Statements must be finalized before the connection closes.
@@ -108,21 +110,40 @@ final class SQLiteConnection {
 
     /// Calls `body` with the rowid of every row of `table` that a statement on this connection
     /// inserts, updates or deletes, as SQLite changes it (inside the statement, before its
-    /// transaction commits; a rolled-back change was reported too). SQLite's update hook: it
-    /// sees every statement, whoever wrote it, except a `DELETE` without `WHERE` (the truncate
-    /// optimization) and tables without rowids. One observer per connection; `body` must not
-    /// use the connection.
-    func observeRowChanges(inTable table: StaticString, _ body: @escaping (Int64) -> Void) {
+    /// transaction commits; a rolled-back change was reported too), and `ending` when a
+    /// transaction of this connection is about to commit — an explicit `COMMIT` or a statement
+    /// outside a transaction, which commits itself — and when one rolls back. So an observer may
+    /// hold what `body` reported until `ending`: no change it reported becomes visible to another
+    /// connection before `ending` has returned. SQLite's update, commit and rollback hooks: they
+    /// see every statement, whoever wrote it, except (the update hook) a `DELETE` without `WHERE`
+    /// (the truncate optimization) and tables without rowids. One observer per connection;
+    /// neither closure may use the connection.
+    func observeRowChanges(
+        inTable table: StaticString, _ body: @escaping (Int64) -> Void, ending: @escaping () -> Void
+    ) {
         precondition(rowObserver == nil, "one row observer per connection")
-        let observer = RowChangeObserver(table: table, body: body)
+        let observer = RowChangeObserver(table: table, body: body, ending: ending)
         rowObserver = observer
+        // One retain for the three hooks' context, released in deinit.
+        let context = Unmanaged.passRetained(observer).toOpaque()
         _ = sqlite3_update_hook(
             handle,
             { context, _, _, changed, rowid in
                 guard let context, let changed else { return }
                 let observer = Unmanaged<RowChangeObserver>.fromOpaque(context).takeUnretainedValue()
                 if observer.matches(changed) { observer.body(rowid) }
-            }, Unmanaged.passRetained(observer).toOpaque())
+            }, context)
+        _ = sqlite3_commit_hook(
+            handle,
+            { context in
+                if let context { Unmanaged<RowChangeObserver>.fromOpaque(context).takeUnretainedValue().ending() }
+                return 0  // nonzero would turn the commit into a rollback
+            }, context)
+        _ = sqlite3_rollback_hook(
+            handle,
+            { context in
+                if let context { Unmanaged<RowChangeObserver>.fromOpaque(context).takeUnretainedValue().ending() }
+            }, context)
     }
 
     // MARK: Checkpoints
@@ -201,10 +222,13 @@ private final class RowChangeObserver {
     /// The table's name, NUL-terminated.
     let table: [CChar]
     let body: (Int64) -> Void
+    /// Called before each commit and at each rollback.
+    let ending: () -> Void
 
-    init(table: StaticString, body: @escaping (Int64) -> Void) {
+    init(table: StaticString, body: @escaping (Int64) -> Void, ending: @escaping () -> Void) {
         self.table = table.withUTF8Buffer { $0.map { CChar(bitPattern: $0) } } + [0]
         self.body = body
+        self.ending = ending
     }
 
     /// Whether the NUL-terminated `name` SQLite passed is ``table``.
