@@ -57,6 +57,9 @@ public final class PackWriter {
     public let segmentSizeLimit: UInt64
     /// Zeros kept ahead of the writes (``ZeroFill``); nil: none.
     public var zeroFill: ZeroFillPolicy?
+    /// Page-cache pages kept ahead of the writes (``WarmAheadPolicy``), when ``zeroFill`` is
+    /// nil; nil: none.
+    public var warmAhead: WarmAheadPolicy?
     /// At least the file's size: no record lies in the segment at or past ``end``, and from
     /// ``end`` to here the file holds zeros, a hole, or nothing.
     private var prepared: UInt64
@@ -89,8 +92,8 @@ public final class PackWriter {
         self.fillsStopped = false
     }
 
-    /// Ends the filling of the segment and cuts what lies past its last record (zeros ahead
-    /// of the writes, or what a failed write left), so that it ends with its last record:
+    /// Ends the filling of the segment and cuts what lies past its last record (zeros or a hole
+    /// ahead of the writes, or what a failed write left), so that it ends with its last record:
     /// before a rotation seals it, and when the store closes. Waits for the zeros of a fill in
     /// flight (which would land past the cut), not for its sync.
     ///
@@ -124,11 +127,37 @@ public final class PackWriter {
         absorbFill(waiting: false)
         guard filling == nil, prepared < end + policy.chunk / 2 else { return }
         let lower = max(prepared, end + policy.chunk / 4)
-        let upper = min(lower + policy.chunk, segmentSizeLimit)
+        let upper = min(end + policy.chunk, segmentSizeLimit)
         guard lower < upper else { return }
         let fill = ZeroFill(segment: segment, range: lower..<upper)
         filling = fill
         policy.start(fill)
+    }
+
+    /// The bytes of the file past ``end`` that are a hole the writer made to warm the page
+    /// cache (``WarmAheadPolicy``): they take no disk space, and usage counts them as nothing.
+    public var holeAhead: UInt64 {
+        zeroFill == nil && warmAhead != nil ? prepared - end : 0
+    }
+
+    /// Extends the file to a chunk past ``end`` when fewer than half of one are left ahead of it
+    /// (up to the segment's size limit) and hands the new range to the policy, which reads it into the
+    /// page cache on another thread. The extension is a hole: no block is allocated and nothing
+    /// is written, so a write never waits for it and a sync never writes it back. A failed
+    /// extension stops the warming of this segment (the writes go on, paying for their pages).
+    private func warm(_ policy: WarmAheadPolicy) {
+        guard !fillsStopped, prepared < end + policy.chunk / 2 else { return }
+        let lower = prepared
+        let upper = min(end + policy.chunk, segmentSizeLimit)
+        guard lower < upper else { return }
+        do {
+            try segment.truncate(to: upper)
+        } catch {
+            fillsStopped = true
+            return
+        }
+        prepared = upper
+        policy.start(segment, lower..<upper)
     }
 
     /// The total length of a blob record holding `payloadLength` bytes.
@@ -238,7 +267,11 @@ public final class PackWriter {
         try segment.write(parts, at: offset)
         end = newEnd
         prepared = max(prepared, end)
-        if zeroFill != nil { claimFill() }
+        if zeroFill != nil {
+            claimFill()
+        } else if let warmAhead {
+            warm(warmAhead)
+        }
         return offset
     }
 }

@@ -197,6 +197,13 @@ public final class SegmentFile: Sendable {
         }
     }
 
+    /// Asks the kernel to read `range` into the page cache now (``WarmAheadPolicy``): over a
+    /// hole it allocates zeroed pages without reading the disk. Best effort: a failure reads
+    /// nothing, and a range past the file's end is left alone.
+    public func warm(_ range: Range<UInt64>) {
+        SystemCall.willNeed(descriptor, range)
+    }
+
     /// Makes written data durable (fdatasync).
     ///
     /// A failed sync is final for this opening of the file: Linux marks the pages whose

@@ -86,3 +86,30 @@ public struct ZeroFillPolicy: Sendable {
         self.start = start
     }
 }
+
+/// How a ``PackWriter`` keeps the pages of its file's next bytes in the page cache before its
+/// writes reach them.
+///
+/// A write that lands on a page the page cache does not hold makes the kernel allocate the page
+/// and zero what the write does not cover, inside the writer's system call. On a virtual machine
+/// whose memory the host backs only when the guest first touches a page — and takes back when
+/// the guest frees it (free page reporting) — that first touch is most of a small put's kernel
+/// time (Docs/Benchmarks.md, "pages ahead of the writes"). So the writer extends its file by a
+/// chunk at a time (``PackWriter`` owns the file's size: `ftruncate`, a hole, no disk space) and
+/// hands the range to ``start``, which reads it into the page cache on another thread
+/// (``SegmentFile/warm(_:)``); a write that lands there finds its page present, zeroed and up to
+/// date. Nothing is written and nothing waits: a write that outruns the warming pays for its
+/// own pages as before. The hole holds no records: cut like zeros when the segment is sealed or
+/// the store closes, and after a crash cut by opening as the newest segment's torn tail.
+public struct WarmAheadPolicy: Sendable {
+    /// The bytes one extension adds; the next is made when fewer than half of them are left
+    /// ahead of the writes.
+    public var chunk: UInt64
+    /// Reads the new range of the segment into the page cache, on another thread.
+    public var start: @Sendable (SegmentFile, Range<UInt64>) -> Void
+
+    public init(chunk: UInt64, start: @escaping @Sendable (SegmentFile, Range<UInt64>) -> Void) {
+        self.chunk = chunk
+        self.start = start
+    }
+}

@@ -246,7 +246,15 @@ extension Store {
 
     /// Disk usage now: pack segment files plus index files.
     func diskUsage() -> Int64 {
-        PackDirectory.totalSize(in: packsDirectory) + indexFileBytes()
+        packFileBytes() + indexFileBytes()
+    }
+
+    /// The bytes of the pack segment files, less the hole the active segment keeps ahead of
+    /// its writes (``Configuration/warmAhead``), which takes no space. Read without a lock
+    /// across the two: an estimate by at most a few writes.
+    func packFileBytes() -> Int64 {
+        let hole = appender.withLock { $0.pack.holeAhead }
+        return max(0, PackDirectory.totalSize(in: packsDirectory) - Int64(hole))
     }
 
     /// Disk usage that compaction can act on: ``diskUsage()`` less the index file's free pages

@@ -17,7 +17,8 @@ extension Store {
         public var dedupSavedBytes: Int64 { payloadBytes - storedPayloadBytes }
         /// Bytes of pack records that entries still reference.
         public var liveBytes: Int64
-        /// Size of the pack segment files.
+        /// Size of the pack segment files, less the hole the active one keeps ahead of its
+        /// writes (``Configuration/warmAhead``), which takes no space.
         public var packBytes: Int64
         /// Size of the index files (`index.sqlite` and its `-wal` and `-shm`).
         public var indexBytes: Int64
@@ -61,7 +62,7 @@ extension Store {
         let totals = try readIndex { try $0.totals() }
         let segmentIDs: [UInt32]
         do { segmentIDs = try PackDirectory.segmentIDs(in: packsDirectory) } catch { throw StoreError(pack: error) }
-        let packBytes = PackDirectory.totalSize(in: packsDirectory)
+        let packBytes = packFileBytes()
         let indexBytes = indexFileBytes()
         return Statistics(
             entries: Int(totals.entries), blobs: Int(totals.blobs), payloadBytes: totals.entryPayloadBytes,

@@ -67,7 +67,8 @@ public final class Store: Sendable {
     /// Frees what the location map lets go of at its limit, off the commit cycle.
     let reclaimer = Reclaimer()
     /// Writes the zeros the active segment keeps ahead of its writes (``ZeroFill``,
-    /// ``Configuration/zeroFill``); its jobs hold the segment, not the store.
+    /// ``Configuration/zeroFill``), or reads the hole it keeps ahead of them into the page cache
+    /// (``Configuration/warmAhead``); its jobs hold the segment, not the store.
     let preparer = WorkerThread(name: "trove-preparer")
     /// How writes that wait for their commit (back-pressure) share cycles: the committed
     /// sequence. Taken with no store lock held; its leader takes `committer` after releasing it.
@@ -200,10 +201,20 @@ public final class Store: Sendable {
     /// Keeps zeros ahead of the active segment's writes (``Configuration/zeroFill``): the
     /// writer claims each fill (``PackWriter``), the preparer's thread writes and syncs it.
     /// The jobs hold the segment, not the store.
+    /// Without zeros, keeps the page cache warm ahead of the writes (``Configuration/warmAhead``):
+    /// the writer extends the file, the preparer's thread reads the hole in.
     private func startZeroFills() {
-        let chunk = configuration.zeroFill
-        guard chunk > 0 else { return }
         let preparer = preparer
+        let chunk = configuration.zeroFill
+        guard chunk > 0 else {
+            guard configuration.warmAhead > 0 else { return }
+            let policy = WarmAheadPolicy(chunk: UInt64(configuration.warmAhead)) { segment, range in
+                // Dropped when the thread is gone: the writes then pay for their own pages.
+                _ = preparer.enqueue { segment.warm(range) }
+            }
+            appender.withLock { $0.pack.warmAhead = policy }
+            return
+        }
         let policy = ZeroFillPolicy(chunk: UInt64(chunk)) { fill in
             if !preparer.enqueue({ fill.run() }) { fill.cancel() }
         }

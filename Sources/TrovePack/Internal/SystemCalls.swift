@@ -169,6 +169,12 @@ enum SystemCall {
         return UInt64(st.st_size)
     }
 
+    /// `posix_fadvise(POSIX_FADV_WILLNEED)`: reads `range` into the page cache; errors ignored
+    /// (a hint).
+    static func willNeed(_ fd: Int32, _ range: Range<UInt64>) {
+        _ = posix_fadvise(fd, off_t(range.lowerBound), off_t(range.count), POSIX_FADV_WILLNEED)
+    }
+
     static func truncate(_ fd: Int32, to length: UInt64, path: String, faults: FaultInjector? = nil) throws(PackError) {
         try inject(faults, .truncate, "ftruncate", path: path, offset: length)
         while ftruncate(fd, off_t(length)) != 0 {
