@@ -67,6 +67,9 @@ public final class PackWriter {
     private var filling: ZeroFill?
     /// A fill of this segment failed: no more are claimed in it.
     private var fillsStopped = false
+    /// The bytes of a write, averaged over the last sixteen or so (exponentially): warming
+    /// ahead is for small writes (``WarmAheadPolicy/largestAverageWrite``).
+    private var averageWrite: UInt64 = 0
 
     /// Makes a writer that appends to `segment` (a segment of the current version) at `end`,
     /// where the file ends.
@@ -145,8 +148,9 @@ public final class PackWriter {
     /// page cache on another thread. The extension is a hole: no block is allocated and nothing
     /// is written, so a write never waits for it and a sync never writes it back. A failed
     /// extension stops the warming of this segment (the writes go on, paying for their pages).
+    /// Only while the writes are small (``WarmAheadPolicy/largestAverageWrite``).
     private func warm(_ policy: WarmAheadPolicy) {
-        guard !fillsStopped, prepared < end + policy.chunk / 2 else { return }
+        guard !fillsStopped, averageWrite <= policy.largestAverageWrite, prepared < end + policy.chunk / 2 else { return }
         let lower = prepared
         let upper = min(end + policy.chunk, segmentSizeLimit)
         guard lower < upper else { return }
@@ -265,6 +269,7 @@ public final class PackWriter {
         // Records never go where a fill in flight writes zeros.
         if let filling, newEnd > filling.range.lowerBound { absorbFill(waiting: true) }
         try segment.write(parts, at: offset)
+        averageWrite = averageWrite - averageWrite / 16 + (newEnd - offset) / 16
         end = newEnd
         prepared = max(prepared, end)
         if zeroFill != nil {

@@ -197,6 +197,15 @@ public final class SegmentFile: Sendable {
         }
     }
 
+    /// Where the hole that lasts to the file's end starts, if it ends in one the file system
+    /// reports (``PreparedTail``).
+    public func trailingHole() throws -> UInt64? {
+        SystemCall.trailingHole(descriptor, size: try size())
+    }
+
+    /// The file system's block size for this file, if it says.
+    public var blockSize: UInt64? { SystemCall.blockSize(descriptor) }
+
     /// Asks the kernel to read `range` into the page cache now (``WarmAheadPolicy``): over a
     /// hole it allocates zeroed pages without reading the disk. Best effort: a failure reads
     /// nothing, and a range past the file's end is left alone.

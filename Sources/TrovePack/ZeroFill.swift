@@ -100,16 +100,23 @@ public struct ZeroFillPolicy: Sendable {
 /// (``SegmentFile/warm(_:)``); a write that lands there finds its page present, zeroed and up to
 /// date. Nothing is written and nothing waits: a write that outruns the warming pays for its
 /// own pages as before. The hole holds no records: cut like zeros when the segment is sealed or
-/// the store closes, and after a crash cut by opening as the newest segment's torn tail.
+/// the store closes, and after a crash cut by opening without a report (``PreparedTail``).
 public struct WarmAheadPolicy: Sendable {
     /// The bytes one extension adds; the next is made when fewer than half of them are left
     /// ahead of the writes.
     public var chunk: UInt64
+    /// No extension is made while the writes average more bytes than this: a write of 64 KiB
+    /// or more ran slower into warmed pages than into pages it allocated itself, and its syncs
+    /// slower too (Docs/Benchmarks.md, "pages ahead of the writes"). Default 32 KiB.
+    public var largestAverageWrite: UInt64
     /// Reads the new range of the segment into the page cache, on another thread.
     public var start: @Sendable (SegmentFile, Range<UInt64>) -> Void
 
-    public init(chunk: UInt64, start: @escaping @Sendable (SegmentFile, Range<UInt64>) -> Void) {
+    public init(
+        chunk: UInt64, largestAverageWrite: UInt64 = 32 << 10, start: @escaping @Sendable (SegmentFile, Range<UInt64>) -> Void
+    ) {
         self.chunk = chunk
+        self.largestAverageWrite = largestAverageWrite
         self.start = start
     }
 }

@@ -12,7 +12,8 @@
 //   R <key>                        remove
 //   G <key>                        get (the child checks its own reads; exit 3 on wrong bytes)
 //   C <n>                          a compaction pass deleted n segments (not an operation)
-// It prints "READY <pid>" once the store is open.
+// It prints "READY <pid>" once the store is open. With TROVE_PAUSE_AFTER=N in its environment it
+// flushes after the Nth operation, prints "PAUSED" and waits to be killed.
 
 import Foundation
 import TroveStore
@@ -73,6 +74,8 @@ if arguments.count == 6 {
 
 var generator = SeededGenerator(seed: seed)
 var counter: UInt64 = 0
+// With TROVE_PAUSE_AFTER=N: after the Nth operation, flush, print "PAUSED" and wait to be killed.
+let pauseAfter = ProcessInfo.processInfo.environment["TROVE_PAUSE_AFTER"].flatMap(UInt64.init) ?? 0
 while true {
     counter += 1
     let k = Int.random(in: 0..<60, using: &generator)
@@ -112,6 +115,13 @@ while true {
             }
         }
         emit("OK")
+        if counter == pauseAfter {
+            // A moment with every write committed, for a kill that tears nothing (the hole the
+            // writer keeps ahead of its records is all a kill leaves past them).
+            try store.flush()
+            emit("PAUSED")
+            while true { sleep(60) }
+        }
     } catch {
         FileHandle.standardError.write(Data("CrashWriter: \(error)\n".utf8))
         exit(1)

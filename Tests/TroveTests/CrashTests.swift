@@ -36,12 +36,14 @@ import TroveTestSupport
 
     static func launch(
         store: String, seed: UInt64, durability: Durability, segmentSize: Int, compacting: Bool = false,
-        zeroFill: Int? = nil
+        zeroFill: Int? = nil, environment: [String: String] = [:]
     ) throws -> Child {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: productsDirectory + "/CrashWriter")
-        if let zeroFill {
-            process.environment = ProcessInfo.processInfo.environment.merging(["TROVE_ZERO_FILL": String(zeroFill)]) { $1 }
+        var added = environment
+        if let zeroFill { added["TROVE_ZERO_FILL"] = String(zeroFill) }
+        if !added.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(added) { $1 }
         }
         process.arguments = [store, String(seed), durability.rawValue, String(segmentSize)] + (compacting ? ["compact"] : [])
         let pipe = Pipe()

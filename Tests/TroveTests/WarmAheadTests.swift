@@ -14,7 +14,8 @@ import TroveTestSupport
 /// The hole the active segment keeps ahead of its writes (`Configuration.warmAhead`,
 /// ``WarmAheadPolicy``): it lies past the records while the store is open, takes no disk space
 /// and counts against no capacity, is cut when a segment is sealed and when the store closes,
-/// and is cut by opening as a torn tail after a crash — never read as records.
+/// and is cut by opening after a crash without a report (it never held a record) — while
+/// anything else past the last record stays a torn tail, reported.
 @Suite struct WarmAheadTests {
     static func value(_ i: Int) -> Data { Data(testBytes(seed: UInt64(i) &+ 0x5157, count: 3_000 + i % 900)) }
 
@@ -75,35 +76,105 @@ import TroveTestSupport
         }
     }
 
-    /// The files as a crash leaves them (copied while the store is open, after a flush): the
-    /// newest segment ends in the hole, which opening cuts as a torn tail, reported; every
-    /// value reads back and the store keeps writing where the records end.
-    @Test func openingAfterACrashCutsTheHoleAsATornTail() async throws {
+    /// A writer killed at a moment when every write is committed (the crash suite's child,
+    /// paused after a flush) leaves a hole past its records and nothing else: opening cuts it
+    /// without a report, and every value reads back as written.
+    @Test func openingAfterAKillCutsTheHoleUnreported() async throws {
         try await withTemporaryDirectory { dir in
             try await offPool {
-                let store = try openStore(dir, durability: .batched) { $0.compactionInterval = nil }
-                for i in 0..<50 { try store.put(Self.value(i), for: key(i)) }
-                try store.flush()
+                let storePath = dir + "/store"
+                let child = try CrashTests.launch(
+                    store: storePath, seed: 11, durability: .batched, segmentSize: 64 << 20,
+                    environment: ["TROVE_PAUSE_AFTER": "60"])
+                let deadline = Date().addingTimeInterval(60)
+                while Date() < deadline, child.process.isRunning, !child.lines.contains("PAUSED") { usleep(1_000) }
+                #expect(child.lines.contains("PAUSED"), "the child never paused")
+                let packs = storePath + "/packs"
+                let newest = try #require(try PackDirectory.segmentIDs(in: packs).max())
+                let before = try SegmentFile.open(id: newest, in: packs, writable: false)
+                let hole = try #require(try before.trailingHole(), "the writer kept no hole ahead of its records")
+                #expect(try before.size() > hole)
+                CrashTests.kill(child)
+
+                let store = try openStore(dir) { $0.compactionInterval = nil }
+                #expect(store.recoveryReport.isClean, "\(store.recoveryReport)")
                 let a = try ZeroFillTests.active(store)
-                #expect(a.size > a.end, "the default keeps a hole ahead of the writes")
-                try FileManager.default.createDirectory(atPath: dir + "/copy", withIntermediateDirectories: false)
-                try FileManager.default.copyItem(atPath: dir + "/store", toPath: dir + "/copy/store")
-                try? FileManager.default.removeItem(atPath: dir + "/copy/store/LOCK")
+                #expect(a.size == a.end && a.end <= hole && hole - a.end < 4_096)
+                var found = 0
+                for k in 0..<60 {
+                    guard let entry = try store.entry(for: CacheKey(url: "https://crash.example/\(k)")) else { continue }
+                    let parts = (entry.etag ?? "").split(separator: ":").compactMap { UInt64($0) }
+                    #expect(parts.count == 2 && entry.data == Data(testBytes(seed: parts[0], count: Int(parts[1]))))
+                    found += 1
+                }
+                #expect(found > 0)
+                #expect(try store.fsck().isClean)
+                try store.close()
+            }
+        }
+    }
+
+    /// Only a hole past the records, and before it less than a block of zeros, is cut without a
+    /// report: a hole after a block or more of written zeros, or zeros that last to the end of
+    /// the file, are a torn tail, cut and reported as before; either way every value reads back.
+    @Test func onlyAHoleIsCutUnreported() async throws {
+        try await withTemporaryDirectory { dir in
+            try await offPool {
+                var store = try openStore(dir) { $0.compactionInterval = nil }
+                for i in 0..<50 { try store.put(Self.value(i), for: key(i)) }
+                let newest = store.appender.withLock { $0.pack.segment.id }
+                try store.close()
+                let packs = dir + "/store/packs"
+                let file = try SegmentFile.open(id: newest, in: packs, writable: true)
+                let end = try file.size()
+
+                // A hole, as a killed writer leaves it.
+                try file.truncate(to: end + (3 << 20))
+                store = try openStore(dir) { $0.compactionInterval = nil }
+                #expect(store.recoveryReport.isClean, "\(store.recoveryReport)")
+                #expect(try file.size() == end)
                 try store.close()
 
-                let copy = try openStore(dir + "/copy") { $0.compactionInterval = nil }
-                let tails = copy.recoveryReport.truncatedTails
-                #expect(tails.map(\.segment) == [a.segment.id])
-                #expect(tails.map(\.validEnd) == [a.end])
-                #expect(tails.map(\.bytesRemoved) == [a.size - a.end])
-                for i in 0..<50 { #expect(try copy.data(for: key(i)) == Self.value(i)) }
-                try copy.put(Self.value(99), for: key(99))
-                #expect(try copy.data(for: key(99)) == Self.value(99))
-                try copy.close()
-                let again = try openStore(dir + "/copy") { $0.compactionInterval = nil }
-                #expect(again.recoveryReport.isClean)
-                #expect(try again.data(for: key(99)) == Self.value(99))
-                try again.close()
+                // Written zeros, then a hole: the zeros are data, a block and more of them.
+                try file.writeZeros(end..<end + 10_000)
+                try file.truncate(to: end + (3 << 20))
+                store = try openStore(dir) { $0.compactionInterval = nil }
+                #expect(store.recoveryReport.truncatedTails.map(\.validEnd) == [end])
+                #expect(try file.size() == end)
+                for i in 0..<50 { #expect(try store.data(for: key(i)) == Self.value(i)) }
+                try store.close()
+
+                // A few written zeros that last to the end of the file: no hole, a torn tail.
+                try file.writeZeros(end..<end + 100)
+                store = try openStore(dir) { $0.compactionInterval = nil }
+                #expect(store.recoveryReport.truncatedTails.map(\.validEnd) == [end])
+                for i in 0..<50 { #expect(try store.data(for: key(i)) == Self.value(i)) }
+                try store.close()
+
+                // A hole, then a record's worth of bytes at the end: data past the hole, reported.
+                try file.truncate(to: end + (1 << 20))
+                try Data(repeating: 0xA5, count: 300).withUnsafeBytes { try file.write([$0], at: end + (1 << 20)) }
+                store = try openStore(dir) { $0.compactionInterval = nil }
+                #expect(store.recoveryReport.truncatedTails.map(\.validEnd) == [end])
+                #expect(try file.size() == end)
+                for i in 0..<50 { #expect(try store.data(for: key(i)) == Self.value(i)) }
+                try store.close()
+            }
+        }
+    }
+
+    /// Writes that average more than ``WarmAheadPolicy/largestAverageWrite`` get no hole: once
+    /// the one made for the first writes is used up, the file ends with the last record.
+    @Test func largeWritesGetNoHoleAhead() async throws {
+        try await withTemporaryDirectory { dir in
+            try await offPool {
+                let store = try openStore(dir) { $0.compactionInterval = nil }
+                let large = { (i: Int) in Data(testBytes(seed: UInt64(i), count: 100_000)) }
+                for i in 0..<80 { try store.put(large(i), for: key(i)) }
+                let a = try ZeroFillTests.active(store)
+                #expect(a.size == a.end, "a hole of \(a.size - a.end) bytes ahead of 100 KB writes")
+                for i in 0..<80 { #expect(try store.data(for: key(i)) == large(i)) }
+                try store.close()
             }
         }
     }

@@ -163,10 +163,35 @@ enum SystemCall {
         }
     }
 
+    /// The file system's block size for the file (`st_blksize`), or nil.
+    static func blockSize(_ fd: Int32) -> UInt64? {
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_blksize > 0 else { return nil }
+        return UInt64(st.st_blksize)
+    }
+
     static func size(_ fd: Int32, path: String) throws(PackError) -> UInt64 {
         var st = stat()
         guard fstat(fd, &st) == 0 else { throw ioError("fstat", path: path, errno: errno) }
         return UInt64(st.st_size)
+    }
+
+    /// Where the hole that lasts to the end of a file of `size` bytes starts (`SEEK_DATA` and
+    /// `SEEK_HOLE`): nil when the file's last byte is data, or when the file system cannot tell
+    /// (it then reports every byte as data, or refuses the calls).
+    static func trailingHole(_ fd: Int32, size: UInt64) -> UInt64? {
+        // Linux's values (`_GNU_SOURCE` names Glibc does not export to Swift).
+        let seekData: Int32 = 3
+        let seekHole: Int32 = 4
+        var offset: off_t = 0
+        while UInt64(offset) < size {
+            let data = lseek(fd, offset, seekData)
+            if data < 0 { return errno == ENXIO ? UInt64(offset) : nil }
+            let hole = lseek(fd, data, seekHole)
+            guard hole > data else { return nil }
+            offset = hole
+        }
+        return nil
     }
 
     /// `posix_fadvise(POSIX_FADV_WILLNEED)`: reads `range` into the page cache; errors ignored

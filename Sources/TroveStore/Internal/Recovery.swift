@@ -346,6 +346,10 @@ struct Recovery {
             if tail.from > tail.file.headerSize, try !SegmentScanner.startsRecord(tail.file, at: tail.from) {
                 tail.from = tail.file.headerSize
             }
+            let cutting = tail.id == newestID
+            // The hole the writer kept ahead of its records goes first, unreported (it never held
+            // a record), so that it is neither written below as zeros nor reported as a torn tail.
+            let preparedCut = cutting ? try PreparedTail.cut(tail.file, above: tail.from) : nil
             if synchronize && unsyncedTails == nil {
                 // A segment the index does not know yet is written from its first byte: its
                 // header may be in the page cache only too (rotation does not sync it).
@@ -361,14 +365,16 @@ struct Recovery {
                     noteUnsynced(error, segment: tail.id, path: tail.file.path)
                 }
             }
-            let cutting = tail.id == newestID
             let scan = try fold.fold(tail.file, from: tail.from, excludingTornTail: cutting)
             var end = scan.fileSize
             if cutting, let torn = scan.tornTail {
+                let leftover = try PreparedTail.isLeftover(torn, in: tail.file, cutAt: preparedCut)
                 try tail.file.truncate(to: torn.start)
                 end = torn.start
-                report.truncatedTails.append(
-                    .init(segment: tail.id, validEnd: torn.start, bytesRemoved: torn.end - torn.start, reason: torn.reason))
+                if !leftover {
+                    report.truncatedTails.append(
+                        .init(segment: tail.id, validEnd: torn.start, bytesRemoved: torn.end - torn.start, reason: torn.reason))
+                }
             }
             for range in scan.damage where !(cutting && range == scan.tornTail) {
                 recordDamage(range, segment: tail.id, at: now)
@@ -459,13 +465,18 @@ struct Recovery {
         for id in ids {
             let newest = id == ids.last
             let file = try SegmentFile.open(id: id, in: packs, writable: newest, faults: faults)
+            // As on opening: the hole the writer kept ahead of its records is no torn tail.
+            let preparedCut = newest ? try PreparedTail.cut(file, above: file.headerSize) : nil
             let scan = try fold.fold(file, excludingTornTail: newest)
             var end = scan.fileSize
             if newest, let torn = scan.tornTail {
+                let leftover = try PreparedTail.isLeftover(torn, in: file, cutAt: preparedCut)
                 try file.truncate(to: torn.start)
                 end = torn.start
-                report.truncatedTails.append(
-                    .init(segment: id, validEnd: torn.start, bytesRemoved: torn.end - torn.start, reason: torn.reason))
+                if !leftover {
+                    report.truncatedTails.append(
+                        .init(segment: id, validEnd: torn.start, bytesRemoved: torn.end - torn.start, reason: torn.reason))
+                }
             }
             for range in scan.damage where !(newest && range == scan.tornTail) {
                 recordDamage(range, segment: id, at: now)

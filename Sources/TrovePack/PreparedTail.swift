@@ -1,0 +1,40 @@
+/// The space a ``PackWriter`` prepared past its last record (``WarmAheadPolicy``: a hole), as a
+/// crash or a killed process leaves it in the newest segment: opening cuts it without calling it
+/// damage, because it never held a record.
+///
+/// What it is, exactly: a hole that lasts to the end of the file (the file system reports no
+/// data in it: nothing was ever written there), and before it, at most one block of zeros — the
+/// rest of the block that holds the last record's end (a block is data once any byte of it is
+/// written). Anything else past the last record — a record cut short, zeros that were written,
+/// a hole followed by data — stays a torn tail, reported as before. Cutting a trailing hole
+/// loses nothing a truncation would not: the bytes there were never written, so a record that
+/// was there (written after the last sync, lost in a power cut before writeback) is gone either
+/// way, as it would be from a file that had ended before it; records the index reflects lie in
+/// synced, written blocks, so they are data and never in the hole.
+public enum PreparedTail {
+    /// The most zeros accepted before the hole: less than one block of the file system (at most
+    /// 64 KiB, and 4 KiB when it does not say).
+    static func leftoverLimit(_ file: SegmentFile) -> UInt64 {
+        min(file.blockSize ?? 4_096, 64 << 10)
+    }
+
+    /// Cuts `file` where its trailing hole starts, if it has one at or past `floor` (what the
+    /// index already reflects); returns that offset, which ``isLeftover(_:in:cutAt:)`` needs.
+    public static func cut(_ file: SegmentFile, above floor: UInt64) throws -> UInt64? {
+        guard let start = try file.trailingHole(), start >= floor else { return nil }
+        try file.truncate(to: start)
+        return start
+    }
+
+    /// Whether `torn`, the torn tail a scan found after ``cut(_:above:)`` returned `cutAt`, is
+    /// only the leftover of the block the hole started after: it ends where the hole was cut,
+    /// spans less than a block, and holds zeros only.
+    public static func isLeftover(_ torn: DamagedRange, in file: SegmentFile, cutAt: UInt64?) throws -> Bool {
+        guard let cutAt, torn.end == cutAt, torn.start < cutAt, cutAt - torn.start < leftoverLimit(file) else { return false }
+        let count = Int(cutAt - torn.start)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: count, alignment: 16)
+        defer { buffer.deallocate() }
+        guard try file.read(into: buffer, at: torn.start) == count else { return false }
+        return buffer.allSatisfy { $0 == 0 }
+    }
+}
