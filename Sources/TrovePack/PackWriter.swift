@@ -70,6 +70,8 @@ public final class PackWriter {
     /// The bytes of a write, averaged over the last sixteen or so (exponentially): warming
     /// ahead is for small writes (``WarmAheadPolicy/largestAverageWrite``).
     private var averageWrite: UInt64 = 0
+    /// The last range handed to ``warmAhead``'s thread.
+    private var warming: WarmJob?
 
     /// Makes a writer that appends to `segment` (a segment of the current version) at `end`,
     /// where the file ends.
@@ -93,6 +95,7 @@ public final class PackWriter {
         self.end = segment.headerSize
         self.prepared = end
         self.fillsStopped = false
+        self.warming = nil
     }
 
     /// Ends the filling of the segment and cuts what lies past its last record (zeros or a hole
@@ -149,8 +152,11 @@ public final class PackWriter {
     /// is written, so a write never waits for it and a sync never writes it back. A failed
     /// extension stops the warming of this segment (the writes go on, paying for their pages).
     /// Only while the writes are small (``WarmAheadPolicy/largestAverageWrite``).
+    /// Not while the last range handed over is still being read: its thread lags, and the
+    /// extension would wait for that read (a size change waits for the page cache's reads).
     private func warm(_ policy: WarmAheadPolicy) {
         guard !fillsStopped, averageWrite <= policy.largestAverageWrite, prepared < end + policy.chunk / 2 else { return }
+        if let warming, !warming.isDone { return }
         let lower = prepared
         let upper = min(end + policy.chunk, segmentSizeLimit)
         guard lower < upper else { return }
@@ -161,7 +167,9 @@ public final class PackWriter {
             return
         }
         prepared = upper
-        policy.start(segment, lower..<upper)
+        let job = WarmJob(segment: segment, range: lower..<upper)
+        warming = job
+        policy.start(job)
     }
 
     /// The total length of a blob record holding `payloadLength` bytes.

@@ -1,6 +1,7 @@
 /// The space a ``PackWriter`` prepared past its last record (``WarmAheadPolicy``: a hole), as a
 /// crash or a killed process leaves it in the newest segment: opening cuts it without calling it
-/// damage, because it never held a record.
+/// damage, because it never held a record — only past what the index reflects (a hole over
+/// committed records is damage, reported), and never in a rebuild, which has no index to say so.
 ///
 /// What it is, exactly: a hole that lasts to the end of the file (the file system reports no
 /// data in it: nothing was ever written there), and before it, at most one block of zeros — the
@@ -28,9 +29,14 @@ public enum PreparedTail {
 
     /// Whether `torn`, the torn tail a scan found after ``cut(_:above:)`` returned `cutAt`, is
     /// only the leftover of the block the hole started after: it ends where the hole was cut,
-    /// spans less than a block, and holds zeros only.
-    public static func isLeftover(_ torn: DamagedRange, in file: SegmentFile, cutAt: UInt64?) throws -> Bool {
-        guard let cutAt, torn.end == cutAt, torn.start < cutAt, cutAt - torn.start < leftoverLimit(file) else { return false }
+    /// starts at or past `floor` (what the index reflects: zeros over committed records are
+    /// damage), spans less than a block, and holds zeros only.
+    public static func isLeftover(_ torn: DamagedRange, in file: SegmentFile, cutAt: UInt64?, above floor: UInt64) throws
+        -> Bool
+    {
+        guard let cutAt, torn.end == cutAt, torn.start >= floor, torn.start < cutAt,
+            cutAt - torn.start < leftoverLimit(file)
+        else { return false }
         let count = Int(cutAt - torn.start)
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: count, alignment: 16)
         defer { buffer.deallocate() }

@@ -1,4 +1,5 @@
 import Foundation
+import TroveCore
 
 /// Zeros written into a segment ahead of its writer, and synced, on a thread other than the
 /// writer's.
@@ -109,14 +110,41 @@ public struct WarmAheadPolicy: Sendable {
     /// or more ran slower into warmed pages than into pages it allocated itself, and its syncs
     /// slower too (Docs/Benchmarks.md, "pages ahead of the writes"). Default 32 KiB.
     public var largestAverageWrite: UInt64
-    /// Reads the new range of the segment into the page cache, on another thread.
-    public var start: @Sendable (SegmentFile, Range<UInt64>) -> Void
+    /// Runs the job on another thread: ``WarmJob/run()``, or ``WarmJob/cancel()`` when it cannot.
+    public var start: @Sendable (WarmJob) -> Void
 
-    public init(
-        chunk: UInt64, largestAverageWrite: UInt64 = 32 << 10, start: @escaping @Sendable (SegmentFile, Range<UInt64>) -> Void
-    ) {
+    public init(chunk: UInt64, largestAverageWrite: UInt64 = 32 << 10, start: @escaping @Sendable (WarmJob) -> Void) {
         self.chunk = chunk
         self.largestAverageWrite = largestAverageWrite
         self.start = start
     }
+}
+
+/// A range of a segment to read into the page cache (``WarmAheadPolicy``), handed by its writer to
+/// another thread; the writer makes no further extension until it is done.
+public final class WarmJob: Sendable {
+    /// The segment whose file holds the range.
+    public let segment: SegmentFile
+    /// The hole to read in.
+    public let range: Range<UInt64>
+    private let done = Locked(false)
+
+    init(segment: SegmentFile, range: Range<UInt64>) {
+        self.segment = segment
+        self.range = range
+    }
+
+    /// Reads the range into the page cache (``SegmentFile/warm(_:)``).
+    public func run() {
+        segment.warm(range)
+        done.withLock { $0 = true }
+    }
+
+    /// Ends the job without reading anything (its thread is gone).
+    public func cancel() {
+        done.withLock { $0 = true }
+    }
+
+    /// Whether the job ran or was cancelled.
+    var isDone: Bool { done.withLock { $0 } }
 }

@@ -36,7 +36,9 @@ public struct RecoveryReport: Hashable, Sendable {
     }
 
     /// Tails cut from segments being written when the store last stopped: writes that never
-    /// completed. Only garbage after the last intact record is ever cut.
+    /// completed. Only garbage after the last intact record is ever cut — and, without a
+    /// report, the hole the writer kept past its records (Docs/Architecture.md, "Pages ahead of
+    /// the writes").
     public var truncatedTails: [TruncatedTail] = []
     /// Records replayed into the index (writes whose index commit was lost).
     public var replayedRecords = 0

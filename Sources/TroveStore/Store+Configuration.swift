@@ -27,18 +27,23 @@ extension Store {
         public var zeroFill: Int64 = 0
 
         /// Bytes of the active segment's file kept in the page cache ahead of its writes, when
-        /// ``zeroFill`` is 0. Default: 4 MiB; 0: none. The writer extends the file by this much
-        /// at a time — a hole: no disk space, nothing written, nothing synced — and a thread of
-        /// the store's reads the hole into the page cache, so that the kernel allocates and
-        /// zeroes the pages there rather than inside a put's write. On a virtual machine whose
-        /// host backs the guest's memory only when it is first touched (and takes back what the
-        /// guest frees), that first touch is most of a small put's kernel time: a burst of 4 KiB
-        /// `batched` puts ran about a fifth faster here (Docs/Benchmarks.md, "pages ahead of the
-        /// writes"). A put never waits for it. The file holds up to this much past its records
-        /// (not counted by ``Store/statistics()`` or against ``capacity``: a hole takes no
-        /// space); the hole is cut when the segment is sealed and when the store closes, and after
-        /// a crash opening cuts it from the newest segment as a torn tail (reported).
-        public var warmAhead: Int64 = 4 << 20
+        /// ``zeroFill`` is 0. Default 0: none; 4 MiB is what was measured. The writer extends the
+        /// file by up to this much at a time — a hole: no disk space, nothing written, nothing
+        /// synced — and a thread of the store's reads the hole into the page cache, so that the
+        /// kernel allocates and zeroes the pages there rather than inside a put's write. For one
+        /// writer of small values, above all on a virtual machine whose host backs the guest's
+        /// memory only when it is first touched: measured here (Docs/Benchmarks.md, "pages ahead
+        /// of the writes"), a burst of 4 KiB `batched` puts ran 25–33 % faster on a freshly booted
+        /// VM and about as fast later, and `trove bench`'s medians of the 4 KiB and dedup-heavy
+        /// rows fell 14–61 %. But the reading costs CPU on another thread (~1.5 µs a page), which
+        /// writers that keep every core busy lose: eight `batched` writers of 20 KB on two cores
+        /// ran 7–25 % slower — hence off. Only while the writes average at most 32 KiB (larger
+        /// ones ran as fast or slower into warmed pages). A put never waits for it. The file holds
+        /// up to this much past its records (not counted by ``Store/statistics()`` or against
+        /// ``capacity``: a hole takes no space); the hole is cut when the segment is sealed and
+        /// when the store closes, and after a crash opening cuts it without a report (it never
+        /// held a record; Docs/Architecture.md, "Pages ahead of the writes").
+        public var warmAhead: Int64 = 0
 
         /// How often the committer thread syncs queued writes (``Durability/batched``) and applies
         /// them to the index. Default: 10 ms.

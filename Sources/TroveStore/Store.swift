@@ -208,9 +208,9 @@ public final class Store: Sendable {
         let chunk = configuration.zeroFill
         guard chunk > 0 else {
             guard configuration.warmAhead > 0 else { return }
-            let policy = WarmAheadPolicy(chunk: UInt64(configuration.warmAhead)) { segment, range in
+            let policy = WarmAheadPolicy(chunk: UInt64(configuration.warmAhead)) { job in
                 // Dropped when the thread is gone: the writes then pay for their own pages.
-                _ = preparer.enqueue { segment.warm(range) }
+                if !preparer.enqueue({ job.run() }) { job.cancel() }
             }
             appender.withLock { $0.pack.warmAhead = policy }
             return

@@ -48,6 +48,9 @@ configuration.segmentSize = segmentSize
 configuration.compactionInterval = nil
 // Zeros ahead of the writes at any level (the crash suite's ZeroFill rounds).
 configuration.zeroFill = ProcessInfo.processInfo.environment["TROVE_ZERO_FILL"].flatMap(Int64.init) ?? 0
+// The hole ahead of the writes (off by default in a store) is on in every kill round, so that
+// kills land while one lies past the records; TROVE_WARM_AHEAD=0 turns it off.
+configuration.warmAhead = ProcessInfo.processInfo.environment["TROVE_WARM_AHEAD"].flatMap(Int64.init) ?? 4 << 20
 let store: Store
 do {
     store = try Store(directory: arguments[1], configuration: configuration)

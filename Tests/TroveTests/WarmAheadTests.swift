@@ -33,7 +33,7 @@ import TroveTestSupport
     @Test func aHoleLiesAheadOfTheWritesAndIsCutWhenSealedAndClosed() async throws {
         try await withTemporaryDirectory { dir in
             try await offPool {
-                let store = try openStore(dir, durability: .batched, segmentSize: 512 << 10) {
+                let store = try openWarmStore(dir, durability: .batched, segmentSize: 512 << 10) {
                     $0.warmAhead = 64 << 10
                     $0.compactionInterval = nil
                 }
@@ -67,7 +67,7 @@ import TroveTestSupport
                 for (id, report) in reports { #expect(report.damage.isEmpty, "segment \(id): \(report.damage)") }
                 try store.close()
                 for (id, report) in try ZeroFillTests.scans(dir) { #expect(report.damage.isEmpty, "segment \(id) after close") }
-                let reopened = try openStore(dir, segmentSize: 512 << 10) { $0.compactionInterval = nil }
+                let reopened = try openWarmStore(dir, segmentSize: 512 << 10) { $0.compactionInterval = nil }
                 #expect(reopened.recoveryReport.isClean)
                 for i in 0..<400 { #expect(try reopened.data(for: key(i)) == Self.value(i)) }
                 #expect(try reopened.fsck().isClean)
@@ -96,7 +96,7 @@ import TroveTestSupport
                 #expect(try before.size() > hole)
                 CrashTests.kill(child)
 
-                let store = try openStore(dir) { $0.compactionInterval = nil }
+                let store = try openWarmStore(dir) { $0.compactionInterval = nil }
                 #expect(store.recoveryReport.isClean, "\(store.recoveryReport)")
                 let a = try ZeroFillTests.active(store)
                 #expect(a.size == a.end && a.end <= hole && hole - a.end < 4_096)
@@ -120,7 +120,7 @@ import TroveTestSupport
     @Test func onlyAHoleIsCutUnreported() async throws {
         try await withTemporaryDirectory { dir in
             try await offPool {
-                var store = try openStore(dir) { $0.compactionInterval = nil }
+                var store = try openWarmStore(dir) { $0.compactionInterval = nil }
                 for i in 0..<50 { try store.put(Self.value(i), for: key(i)) }
                 let newest = store.appender.withLock { $0.pack.segment.id }
                 try store.close()
@@ -130,7 +130,7 @@ import TroveTestSupport
 
                 // A hole, as a killed writer leaves it.
                 try file.truncate(to: end + (3 << 20))
-                store = try openStore(dir) { $0.compactionInterval = nil }
+                store = try openWarmStore(dir) { $0.compactionInterval = nil }
                 #expect(store.recoveryReport.isClean, "\(store.recoveryReport)")
                 #expect(try file.size() == end)
                 try store.close()
@@ -138,7 +138,7 @@ import TroveTestSupport
                 // Written zeros, then a hole: the zeros are data, a block and more of them.
                 try file.writeZeros(end..<end + 10_000)
                 try file.truncate(to: end + (3 << 20))
-                store = try openStore(dir) { $0.compactionInterval = nil }
+                store = try openWarmStore(dir) { $0.compactionInterval = nil }
                 #expect(store.recoveryReport.truncatedTails.map(\.validEnd) == [end])
                 #expect(try file.size() == end)
                 for i in 0..<50 { #expect(try store.data(for: key(i)) == Self.value(i)) }
@@ -146,7 +146,7 @@ import TroveTestSupport
 
                 // A few written zeros that last to the end of the file: no hole, a torn tail.
                 try file.writeZeros(end..<end + 100)
-                store = try openStore(dir) { $0.compactionInterval = nil }
+                store = try openWarmStore(dir) { $0.compactionInterval = nil }
                 #expect(store.recoveryReport.truncatedTails.map(\.validEnd) == [end])
                 for i in 0..<50 { #expect(try store.data(for: key(i)) == Self.value(i)) }
                 try store.close()
@@ -154,7 +154,7 @@ import TroveTestSupport
                 // A hole, then a record's worth of bytes at the end: data past the hole, reported.
                 try file.truncate(to: end + (1 << 20))
                 try Data(repeating: 0xA5, count: 300).withUnsafeBytes { try file.write([$0], at: end + (1 << 20)) }
-                store = try openStore(dir) { $0.compactionInterval = nil }
+                store = try openWarmStore(dir) { $0.compactionInterval = nil }
                 #expect(store.recoveryReport.truncatedTails.map(\.validEnd) == [end])
                 #expect(try file.size() == end)
                 for i in 0..<50 { #expect(try store.data(for: key(i)) == Self.value(i)) }
@@ -168,7 +168,7 @@ import TroveTestSupport
     @Test func largeWritesGetNoHoleAhead() async throws {
         try await withTemporaryDirectory { dir in
             try await offPool {
-                let store = try openStore(dir) { $0.compactionInterval = nil }
+                let store = try openWarmStore(dir) { $0.compactionInterval = nil }
                 let large = { (i: Int) in Data(testBytes(seed: UInt64(i), count: 100_000)) }
                 for i in 0..<80 { try store.put(large(i), for: key(i)) }
                 let a = try ZeroFillTests.active(store)
@@ -185,7 +185,7 @@ import TroveTestSupport
     @Test func theHoleCountsAgainstNoCapacity() async throws {
         try await withTemporaryDirectory { dir in
             try await offPool {
-                let store = try openStore(dir, durability: .batched) {
+                let store = try openWarmStore(dir, durability: .batched) {
                     $0.capacity = 2 << 20
                     $0.compactionInterval = nil
                 }
@@ -209,7 +209,7 @@ import TroveTestSupport
         try await withTemporaryDirectory { dir in
             try await offPool {
                 let failures = Locked(0)
-                let store = try openStore(dir, durability: .batched) { configuration in
+                let store = try openWarmStore(dir, durability: .batched) { configuration in
                     configuration.warmAhead = 64 << 10
                     configuration.compactionInterval = nil
                     configuration.faultInjector = FaultInjector { called, path in
@@ -226,11 +226,23 @@ import TroveTestSupport
                 #expect(a.size == a.end)
                 for i in 0..<60 { #expect(try store.data(for: key(i)) == Self.value(i)) }
                 try store.close()
-                let reopened = try openStore(dir) { $0.compactionInterval = nil }
+                let reopened = try openWarmStore(dir) { $0.compactionInterval = nil }
                 #expect(reopened.recoveryReport.isClean)
                 for i in 0..<60 { #expect(try reopened.data(for: key(i)) == Self.value(i)) }
                 try reopened.close()
             }
         }
+    }
+}
+
+/// `openStore` with the hole ahead of the writes on (`warmAhead`: 4 MiB, off by default), before
+/// `configure`.
+func openWarmStore(
+    _ dir: String, durability: Durability = .batched, segmentSize: Int64 = 64 << 20,
+    _ configure: (inout Store.Configuration) -> Void = { _ in }
+) throws -> Store {
+    try openStore(dir, durability: durability, segmentSize: segmentSize) { configuration in
+        configuration.warmAhead = 4 << 20
+        configure(&configuration)
     }
 }

@@ -343,13 +343,15 @@ struct Recovery {
         tails.sort { $0.id < $1.id }
         let newestID = ([knownMax] + Array(placement.headers.keys) + Array(placement.unreadable.keys)).max() ?? 0
         for var tail in tails {
+            let cutting = tail.id == newestID
+            // The hole the writer kept ahead of its records goes first, unreported (it never held
+            // a record), so that it is neither written below as zeros nor reported as a torn tail
+            // — only past what the index reflects: a hole over committed records is damage.
+            let indexed = tail.from
+            let preparedCut = cutting ? try PreparedTail.cut(tail.file, above: indexed) : nil
             if tail.from > tail.file.headerSize, try !SegmentScanner.startsRecord(tail.file, at: tail.from) {
                 tail.from = tail.file.headerSize
             }
-            let cutting = tail.id == newestID
-            // The hole the writer kept ahead of its records goes first, unreported (it never held
-            // a record), so that it is neither written below as zeros nor reported as a torn tail.
-            let preparedCut = cutting ? try PreparedTail.cut(tail.file, above: tail.from) : nil
             if synchronize && unsyncedTails == nil {
                 // A segment the index does not know yet is written from its first byte: its
                 // header may be in the page cache only too (rotation does not sync it).
@@ -368,7 +370,7 @@ struct Recovery {
             let scan = try fold.fold(tail.file, from: tail.from, excludingTornTail: cutting)
             var end = scan.fileSize
             if cutting, let torn = scan.tornTail {
-                let leftover = try PreparedTail.isLeftover(torn, in: tail.file, cutAt: preparedCut)
+                let leftover = try PreparedTail.isLeftover(torn, in: tail.file, cutAt: preparedCut, above: indexed)
                 try tail.file.truncate(to: torn.start)
                 end = torn.start
                 if !leftover {
@@ -465,18 +467,15 @@ struct Recovery {
         for id in ids {
             let newest = id == ids.last
             let file = try SegmentFile.open(id: id, in: packs, writable: newest, faults: faults)
-            // As on opening: the hole the writer kept ahead of its records is no torn tail.
-            let preparedCut = newest ? try PreparedTail.cut(file, above: file.headerSize) : nil
+            // A hole the writer kept ahead of its records is a torn tail here, reported: without
+            // an index, nothing says which bytes were committed (PreparedTail cuts only past them).
             let scan = try fold.fold(file, excludingTornTail: newest)
             var end = scan.fileSize
             if newest, let torn = scan.tornTail {
-                let leftover = try PreparedTail.isLeftover(torn, in: file, cutAt: preparedCut)
                 try file.truncate(to: torn.start)
                 end = torn.start
-                if !leftover {
-                    report.truncatedTails.append(
-                        .init(segment: id, validEnd: torn.start, bytesRemoved: torn.end - torn.start, reason: torn.reason))
-                }
+                report.truncatedTails.append(
+                    .init(segment: id, validEnd: torn.start, bytesRemoved: torn.end - torn.start, reason: torn.reason))
             }
             for range in scan.damage where !(newest && range == scan.tornTail) {
                 recordDamage(range, segment: id, at: now)
