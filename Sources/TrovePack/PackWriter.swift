@@ -133,7 +133,7 @@ public final class PackWriter {
         absorbFill(waiting: false)
         guard filling == nil, prepared < end + policy.chunk / 2 else { return }
         let lower = max(prepared, end + policy.chunk / 4)
-        let upper = min(end + policy.chunk, segmentSizeLimit)
+        let upper = min(lower + policy.chunk, segmentSizeLimit)
         guard lower < upper else { return }
         let fill = ZeroFill(segment: segment, range: lower..<upper)
         filling = fill

@@ -7,11 +7,11 @@
 /// data in it: nothing was ever written there), and before it, at most one block of zeros — the
 /// rest of the block that holds the last record's end (a block is data once any byte of it is
 /// written). Anything else past the last record — a record cut short, zeros that were written,
-/// a hole followed by data — stays a torn tail, reported as before. Cutting a trailing hole
-/// loses nothing a truncation would not: the bytes there were never written, so a record that
-/// was there (written after the last sync, lost in a power cut before writeback) is gone either
-/// way, as it would be from a file that had ended before it; records the index reflects lie in
-/// synced, written blocks, so they are data and never in the hole.
+/// a hole followed by data, a hole or zeros over what the index reflects — stays a torn tail,
+/// reported as before. Cutting a trailing hole past the index loses nothing a truncation would
+/// not: the bytes there were never written, so a record that was there (written after the last
+/// sync, lost in a power cut before writeback) is gone either way, as it would be from a file
+/// that had ended before it.
 public enum PreparedTail {
     /// The most zeros accepted before the hole: less than one block of the file system (at most
     /// 64 KiB, and 4 KiB when it does not say).
@@ -20,7 +20,7 @@ public enum PreparedTail {
     }
 
     /// Cuts `file` where its trailing hole starts, if it has one at or past `floor` (what the
-    /// index already reflects); returns that offset, which ``isLeftover(_:in:cutAt:)`` needs.
+    /// index already reflects); returns that offset, which ``isLeftover(_:in:cutAt:above:)`` needs.
     public static func cut(_ file: SegmentFile, above floor: UInt64) throws -> UInt64? {
         guard let start = try file.trailingHole(), start >= floor else { return nil }
         try file.truncate(to: start)
