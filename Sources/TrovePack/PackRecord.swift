@@ -147,6 +147,12 @@ public enum RecordCodec {
     /// The body of a link record in `version`.
     public static func linkBody(_ link: LinkRecord, version: UInt8 = PackFormat.currentVersion) -> [UInt8] {
         var w = ByteWriter(capacity: linkBodyLength(link, version: version))
+        appendLinkBody(link, version: version, to: &w)
+        return w.bytes
+    }
+
+    /// Appends ``linkBody(_:version:)`` to `w`.
+    static func appendLinkBody(_ link: LinkRecord, version: UInt8, to w: inout ByteWriter) {
         var flags: UInt32 = 0
         if link.expiresAt != nil { flags |= 1 }
         if link.etag != nil { flags |= 2 }
@@ -175,7 +181,6 @@ public enum RecordCodec {
         w.appendString(link.etag ?? "")
         w.appendString(link.lastModified ?? "")
         if flags & 8 != 0 { w.appendString(link.cachePolicy ?? "") }
-        return w.bytes
     }
 
     /// The length of ``linkBody(_:version:)`` for `link`, computed without encoding it (a put
@@ -260,18 +265,34 @@ public enum RecordCodec {
         identity: RecordIdentity, bodyLength: Int, bodyChecksum: UInt64, format: SegmentFormat, segment: UInt32,
         offset: UInt64
     ) -> [UInt8] {
-        var w = ByteWriter(capacity: PackFormat.Version2.recordHeaderSize)
-        w.append(PackFormat.recordMagic)
-        w.append(identity.type.rawValue)
-        w.append(UInt8(2))
-        w.append(UInt16(0))
-        w.append(UInt32(bodyLength))
-        w.append(identity.sequence)
-        w.append(identity.digest)
-        w.append(bodyChecksum)
-        let checksum = w.bytes.withUnsafeBytes { XXH3.hash64($0, seed: format.positionSeed(segment: segment, offset: offset)) }
-        w.append(checksum)
-        return w.bytes
+        [UInt8](unsafeUninitializedCapacity: PackFormat.Version2.recordHeaderSize) { buffer, count in
+            writeHeader(
+                into: UnsafeMutableRawBufferPointer(buffer), identity: identity, bodyLength: bodyLength,
+                bodyChecksum: bodyChecksum, format: format, segment: segment, offset: offset)
+            count = PackFormat.Version2.recordHeaderSize
+        }
+    }
+
+    /// Writes ``header(identity:bodyLength:bodyChecksum:format:segment:offset:)`` into the first
+    /// 52 bytes of `raw`, in place (a writer's own buffer: no array a record).
+    static func writeHeader(
+        into raw: UnsafeMutableRawBufferPointer, identity: RecordIdentity, bodyLength: Int, bodyChecksum: UInt64,
+        format: SegmentFormat, segment: UInt32, offset: UInt64
+    ) {
+        precondition(raw.count >= PackFormat.Version2.recordHeaderSize, "room for a header")
+        raw.storeBytes(of: PackFormat.recordMagic.littleEndian, toByteOffset: 0, as: UInt32.self)
+        raw[4] = identity.type.rawValue
+        raw[5] = 2
+        raw.storeBytes(of: UInt16(0), toByteOffset: 6, as: UInt16.self)
+        raw.storeBytes(of: UInt32(bodyLength).littleEndian, toByteOffset: 8, as: UInt32.self)
+        raw.storeBytes(of: identity.sequence.littleEndian, toByteOffset: 12, as: UInt64.self)
+        // The digest big-endian, as ``ContentHash/bytes`` orders it.
+        raw.storeBytes(of: identity.digest.high.bigEndian, toByteOffset: 20, as: UInt64.self)
+        raw.storeBytes(of: identity.digest.low.bigEndian, toByteOffset: 28, as: UInt64.self)
+        raw.storeBytes(of: bodyChecksum.littleEndian, toByteOffset: 36, as: UInt64.self)
+        let prefix = UnsafeRawBufferPointer(rebasing: raw[0..<PackFormat.Version2.checksummedHeaderPrefix])
+        let checksum = XXH3.hash64(prefix, seed: format.positionSeed(segment: segment, offset: offset))
+        raw.storeBytes(of: checksum.littleEndian, toByteOffset: 44, as: UInt64.self)
     }
 
     /// Parses and checks a version-2 header found at `offset` of segment `segment`: magic,

@@ -72,6 +72,9 @@ public final class PackWriter {
     private var averageWrite: UInt64 = 0
     /// The last range handed to ``warmAhead``'s thread.
     private var warming: WarmJob?
+    /// Where a put's record headers and link body are encoded, kept from one append to the
+    /// next: appending a record allocates nothing of its own.
+    private var scratch: [UInt8] = []
 
     /// Makes a writer that appends to `segment` (a segment of the current version) at `end`,
     /// where the file ends.
@@ -210,24 +213,38 @@ public final class PackWriter {
         try checkBlobLength(payload.count)
         let blobOffset = end
         let linkOffset = blobOffset + Self.blobRecordLength(payloadLength: payload.count)
-        let blobHeader = RecordCodec.header(
-            identity: RecordIdentity(type: .blob, sequence: id, digest: hash), bodyLength: payload.count,
-            bodyChecksum: XXH3.hash64(payload, seed: segment.format.bodySeed(.blob)), format: segment.format,
-            segment: segment.id, offset: blobOffset)
-        let body = RecordCodec.linkBody(link)
-        return try body.withUnsafeBytes { b throws in
-            let linkHeader = RecordCodec.header(
-                identity: RecordIdentity(type: .link, sequence: link.sequence, digest: digest), bodyLength: b.count,
-                bodyChecksum: XXH3.hash64(b, seed: segment.format.bodySeed(.link)), format: segment.format,
+        let headerSize = PackFormat.Version2.recordHeaderSize
+        let blobChecksum = XXH3.hash64(payload, seed: segment.format.bodySeed(.blob))
+        // The scratch holds the blob's header, then the link's header and body: two parts
+        // around the payload.
+        encodeInScratch(headers: 2, link: link)
+        return try scratch.withUnsafeMutableBytes { s throws in
+            let body = UnsafeRawBufferPointer(rebasing: s[(2 * headerSize)...])
+            RecordCodec.writeHeader(
+                into: UnsafeMutableRawBufferPointer(rebasing: s[..<headerSize]),
+                identity: RecordIdentity(type: .blob, sequence: id, digest: hash), bodyLength: payload.count,
+                bodyChecksum: blobChecksum, format: segment.format, segment: segment.id, offset: blobOffset)
+            RecordCodec.writeHeader(
+                into: UnsafeMutableRawBufferPointer(rebasing: s[headerSize..<(2 * headerSize)]),
+                identity: RecordIdentity(type: .link, sequence: link.sequence, digest: digest), bodyLength: body.count,
+                bodyChecksum: XXH3.hash64(body, seed: segment.format.bodySeed(.link)), format: segment.format,
                 segment: segment.id, offset: linkOffset)
-            return try blobHeader.withUnsafeBytes { bh throws in
-                try linkHeader.withUnsafeBytes { lh throws in
-                    let offset = try append([bh, payload, lh, b])
-                    assert(offset == blobOffset)
-                    return (blobOffset, linkOffset)
-                }
-            }
+            let offset = try append([
+                UnsafeRawBufferPointer(rebasing: s[..<headerSize]), payload,
+                UnsafeRawBufferPointer(rebasing: s[headerSize...]),
+            ])
+            assert(offset == blobOffset)
+            return (blobOffset, linkOffset)
         }
+    }
+
+    /// Empties the scratch but for room for `headers` record headers, then encodes `link`'s
+    /// body after them.
+    private func encodeInScratch(headers: Int, link: LinkRecord) {
+        var w = ByteWriter(reusing: &scratch)
+        w.appendZeros(headers * PackFormat.Version2.recordHeaderSize)
+        RecordCodec.appendLinkBody(link, version: PackFormat.currentVersion, to: &w)
+        scratch = w.bytes
     }
 
     /// Throws ``PackError/Code/recordTooLarge`` for a payload over the format's limit.
@@ -245,7 +262,16 @@ public final class PackWriter {
     /// - Parameter digest: the link's key digest, when the caller has it already.
     public func appendLink(_ link: LinkRecord, digest: ContentHash? = nil) throws -> UInt64 {
         let identity = RecordIdentity(type: .link, sequence: link.sequence, digest: digest ?? link.key.digest)
-        return try append(identity: identity, body: RecordCodec.linkBody(link), checksum: nil)
+        let headerSize = PackFormat.Version2.recordHeaderSize
+        encodeInScratch(headers: 1, link: link)
+        return try scratch.withUnsafeMutableBytes { s throws in
+            let body = UnsafeRawBufferPointer(rebasing: s[headerSize...])
+            RecordCodec.writeHeader(
+                into: s, identity: identity, bodyLength: body.count,
+                bodyChecksum: XXH3.hash64(body, seed: segment.format.bodySeed(.link)), format: segment.format,
+                segment: segment.id, offset: end)
+            return try append([UnsafeRawBufferPointer(s)])
+        }
     }
 
     /// Appends a tombstone and returns its offset.

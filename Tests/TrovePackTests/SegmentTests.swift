@@ -53,6 +53,48 @@ func version1BlobBody(_ payload: [UInt8], id: UInt64) -> [UInt8] {
         }
     }
 
+    /// The writer encodes a put's headers and link body in a buffer it keeps from one append to
+    /// the next: every record is byte for byte what ``RecordCodec`` encodes on its own, whatever
+    /// a longer record before it left in that buffer.
+    @Test func recordsEncodedInTheWritersBufferAreTheCodecsBytes() async throws {
+        try await withTemporaryDirectory { dir in
+            let writer = try makeWriter(dir)
+            let format = writer.segment.format
+            var expected = [UInt8](repeating: 0, count: Int(writer.end))
+            func record(_ type: RecordType, sequence: UInt64, digest: ContentHash, body: [UInt8]) -> [UInt8] {
+                let seed = format.bodySeed(type)
+                let header = RecordCodec.header(
+                    identity: RecordIdentity(type: type, sequence: sequence, digest: digest), bodyLength: body.count,
+                    bodyChecksum: body.withUnsafeBytes { XXH3.hash64($0, seed: seed) }, format: format,
+                    segment: writer.segment.id, offset: UInt64(expected.count))
+                return header + body
+            }
+            // Long metadata first, then shorter and shorter: stale bytes would show.
+            for (n, url) in ["https://example.com/" + String(repeating: "long/", count: 60), "https://e/b", "u"].enumerated() {
+                let payload = (0..<(300 + n * 7)).map { UInt8(truncatingIfNeeded: $0 * 31 + n) }
+                let hash = payload.withUnsafeBytes { XXH3.hash128($0) }
+                let id = UInt64(10 * n + 1)
+                var link = LinkRecord(
+                    url: url, variant: n == 0 ? "w=320" : "", blobHash: hash, blobLength: UInt64(payload.count), blobID: id,
+                    sequence: id + 1, createdAt: 5, expiresAt: n == 1 ? 99 : nil, etag: n == 0 ? "\"etag\"" : nil,
+                    lastModified: nil, cachePolicy: n == 0 ? "max-age=60" : nil)
+                let digest = link.key.digest
+                _ = try payload.withUnsafeBytes {
+                    try writer.appendBlob(hash: hash, id: id, payload: $0, thenLink: link, digest: digest)
+                }
+                expected += record(.blob, sequence: id, digest: hash, body: payload)
+                expected += record(.link, sequence: id + 1, digest: digest, body: RecordCodec.linkBody(link))
+                // A link alone (a repeat of known bytes), with and without the digest given.
+                link.sequence = id + 2
+                _ = try writer.appendLink(link, digest: n == 2 ? nil : digest)
+                expected += record(.link, sequence: id + 2, digest: digest, body: RecordCodec.linkBody(link))
+            }
+            let written = try [UInt8](Data(contentsOf: URL(fileURLWithPath: writer.segment.path)))
+            #expect(written.count == expected.count)
+            #expect(written.dropFirst(Int(writer.segment.headerSize)) == expected.dropFirst(Int(writer.segment.headerSize)))
+        }
+    }
+
     @Test func everyFlippedBitOfABlobRecordIsDetected() async throws {
         try await withTemporaryDirectory { dir in
             let writer = try makeWriter(dir)

@@ -10,6 +10,17 @@ struct ByteWriter {
         bytes.reserveCapacity(capacity)
     }
 
+    /// A writer that appends to `storage`'s buffer, emptied (its capacity kept): `storage` is
+    /// left empty until the caller takes ``bytes`` back, so that the buffer is not copied.
+    init(reusing storage: inout [UInt8]) {
+        bytes = []
+        swap(&bytes, &storage)
+        bytes.removeAll(keepingCapacity: true)
+    }
+
+    /// `count` zero bytes (room for fields written later in place).
+    mutating func appendZeros(_ count: Int) { bytes.append(contentsOf: repeatElement(0, count: count)) }
+
     mutating func append(_ v: UInt8) { bytes.append(v) }
     mutating func append(_ v: UInt16) { appendLE(UInt64(v), width: 2) }
     mutating func append(_ v: UInt32) { appendLE(UInt64(v), width: 4) }
