@@ -280,20 +280,18 @@ public struct EntryPlace: Hashable, Sendable {
         url: String, variant: String, etag: String?, lastModified: String?, cachePolicy: String?, blobID: Int64,
         blobHash: ContentHash, blobLength: UInt64, linkLength: UInt64, createdAt: Int64, expiresAt: Int64?
     ) -> UInt64 {
-        var builder = FingerprintBuilder()
-        // Field by field, not through an array of the five: a commit computes this for every put.
-        func add(_ field: String?) {
-            guard var field else { return builder.absent() }
-            field.withUTF8 { builder.text(UnsafeRawBufferPointer($0)) }
+        let texts = [url, variant, etag, lastModified, cachePolicy].reduce(0) { $0 + ($1?.utf8.count ?? 0) }
+        return FingerprintBuilder.hash(textBytes: texts) { builder in
+            // Field by field: a commit computes this for every put.
+            builder.text(url)
+            builder.text(variant)
+            builder.text(etag)
+            builder.text(lastModified)
+            builder.text(cachePolicy)
+            builder.finish(
+                blobID: blobID, blobHash: blobHash, blobLength: Int64(bitPattern: blobLength),
+                linkLength: Int64(bitPattern: linkLength), createdAt: createdAt, expiresAt: expiresAt)
         }
-        add(url)
-        add(variant)
-        add(etag)
-        add(lastModified)
-        add(cachePolicy)
-        return builder.finish(
-            blobID: blobID, blobHash: blobHash, blobLength: Int64(bitPattern: blobLength),
-            linkLength: Int64(bitPattern: linkLength), createdAt: createdAt, expiresAt: expiresAt)
     }
 }
 
@@ -309,27 +307,62 @@ struct BlobPlace {
 
 /// The bytes ``EntryPlace/fingerprint(url:variant:etag:lastModified:cachePolicy:blobID:linkLength:createdAt:expiresAt:)``
 /// hashes, in its order: five texts (URL, variant, ETag, Last-Modified, policy), each absent or
-/// length-prefixed, then the integers (the blob's hash as two). The index's load feeds it column bytes directly.
+/// length-prefixed, then the integers (the blob's hash as two). The index's load feeds it column
+/// bytes directly. The bytes go to a temporary buffer (on the stack for the usual short texts),
+/// not an array: a commit computes a fingerprint for every put. The hash is not stored
+/// anywhere: only these computations compare it.
 struct FingerprintBuilder {
-    private var bytes: [UInt8] = []
+    private let buffer: UnsafeMutableRawBufferPointer
+    private var count = 0
 
-    init() { bytes.reserveCapacity(256) }
+    private init(_ buffer: UnsafeMutableRawBufferPointer) { self.buffer = buffer }
 
-    mutating func absent() { bytes.append(0) }
+    /// The XXH3-64 of what `body` adds, given the texts' total length in bytes.
+    static func hash(textBytes: Int, _ body: (inout FingerprintBuilder) -> Void) -> UInt64 {
+        // Five texts' marks and lengths, eight integers, the expiry's mark.
+        let capacity = textBytes + 5 * 9 + 8 * 8 + 1
+        return withUnsafeTemporaryAllocation(byteCount: capacity, alignment: 8) { raw in
+            var builder = FingerprintBuilder(raw)
+            body(&builder)
+            return XXH3.hash64(UnsafeRawBufferPointer(rebasing: raw[..<builder.count]))
+        }
+    }
+
+    mutating func absent() { byte(0) }
 
     mutating func text(_ raw: UnsafeRawBufferPointer) {
-        bytes.append(1)
+        byte(1)
         integer(Int64(raw.count))
-        bytes.append(contentsOf: raw)
+        precondition(count + raw.count <= buffer.count, "the texts fit the length given")
+        UnsafeMutableRawBufferPointer(rebasing: buffer[count..<(count + raw.count)]).copyMemory(from: raw)
+        count += raw.count
+    }
+
+    mutating func text(_ field: String?) {
+        guard let field else { return absent() }
+        let length = field.utf8.count
+        byte(1)
+        integer(Int64(length))
+        precondition(count + length <= buffer.count, "the texts fit the length given")
+        _ = UnsafeMutableRawBufferPointer(rebasing: buffer[count..<(count + length)]).copyBytes(from: field.utf8)
+        count += length
+    }
+
+    private mutating func byte(_ value: UInt8) {
+        precondition(count < buffer.count, "room for a byte")
+        buffer[count] = value
+        count += 1
     }
 
     private mutating func integer(_ value: Int64) {
-        withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
+        precondition(count + 8 <= buffer.count, "room for an integer")
+        buffer.storeBytes(of: value.littleEndian, toByteOffset: count, as: Int64.self)
+        count += 8
     }
 
     mutating func finish(
         blobID: Int64, blobHash: ContentHash, blobLength: Int64, linkLength: Int64, createdAt: Int64, expiresAt: Int64?
-    ) -> UInt64 {
+    ) {
         integer(blobID)
         integer(Int64(bitPattern: blobHash.high))
         integer(Int64(bitPattern: blobHash.low))
@@ -337,12 +370,11 @@ struct FingerprintBuilder {
         integer(linkLength)
         integer(createdAt)
         if let expiresAt {
-            bytes.append(1)
+            byte(1)
             integer(expiresAt)
         } else {
-            bytes.append(0)
+            byte(0)
         }
-        return bytes.withUnsafeBytes { XXH3.hash64($0) }
     }
 }
 

@@ -63,13 +63,15 @@ extension IndexDatabase {
                 case (let end, false) = r.int64(8).addingReportingOverflow(r.int64(4)), let span = UInt32(exactly: end),
                 !r.isNull(9), !r.isNull(10), let blobHash = r.hash(17), r.int64(18) >= 0
             else { return true }
-            var builder = FingerprintBuilder()
-            for column: Int32 in 9...13 {
-                if let bytes = r.textBytes(column) { builder.text(bytes) } else { builder.absent() }
+            let texts = (Int32(9)...13).reduce(0) { $0 + (r.textBytes($1)?.count ?? 0) }
+            let fingerprint = FingerprintBuilder.hash(textBytes: texts) { builder in
+                for column: Int32 in 9...13 {
+                    if let bytes = r.textBytes(column) { builder.text(bytes) } else { builder.absent() }
+                }
+                builder.finish(
+                    blobID: r.int64(14), blobHash: blobHash, blobLength: r.int64(18), linkLength: r.int64(4),
+                    createdAt: r.int64(15), expiresAt: r.optionalInt64(16))
             }
-            let fingerprint = builder.finish(
-                blobID: r.int64(14), blobHash: blobHash, blobLength: r.int64(18), linkLength: r.int64(4),
-                createdAt: r.int64(15), expiresAt: r.optionalInt64(16))
             batch.append(
                 (
                     r.int64(0),

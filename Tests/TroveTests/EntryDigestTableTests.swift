@@ -10,6 +10,56 @@ import TroveTestSupport
 /// The entry digest table (schema 7) finds entry rows by key digest. It must never miss a
 /// committed row, however that row got there; extra candidates only cost a lookup.
 @Suite struct EntryDigestTableTests {
+    /// A place's fingerprint tells apart every field it covers: each text absent, empty or
+    /// changed, texts moved from one field to the next, every integer; and texts longer than
+    /// the stack buffer its bytes usually go to hash as well.
+    @Test func aFingerprintChangesWithEveryFieldItCovers() {
+        struct Fields {
+            var texts: [String?] = ["https://e/a.jpg", "w=320", "\"etag\"", nil, "max-age=60"]
+            var integers: [Int64] = [7, 11, 12, 4096, 180, 1_700_000_000_000]
+            var expiresAt: Int64? = nil
+            var fingerprint: UInt64 {
+                EntryPlace.fingerprint(
+                    url: texts[0]!, variant: texts[1]!, etag: texts[2], lastModified: texts[3], cachePolicy: texts[4],
+                    blobID: integers[0], blobHash: ContentHash(high: UInt64(integers[1]), low: UInt64(integers[2])),
+                    blobLength: UInt64(integers[3]), linkLength: UInt64(integers[4]), createdAt: integers[5],
+                    expiresAt: expiresAt)
+            }
+        }
+        let base = Fields()
+        var seen: Set<UInt64> = [base.fingerprint]
+        func expectNew(_ fields: Fields, _ what: String) {
+            #expect(fields.fingerprint == fields.fingerprint, "\(what): the same input, the same fingerprint")
+            #expect(seen.insert(fields.fingerprint).inserted, "\(what)")
+        }
+        for i in 0..<5 {
+            var changed = base
+            changed.texts[i] = (changed.texts[i] ?? "") + "x"
+            expectNew(changed, "text \(i) changed")
+            if i >= 2 {
+                changed.texts[i] = base.texts[i] == nil ? "" : nil
+                expectNew(changed, "text \(i) absent or empty")
+            }
+        }
+        var shifted = base
+        shifted.texts[0] = "https://e/a.jpgw"
+        shifted.texts[1] = "=320"
+        expectNew(shifted, "bytes moved between texts")
+        for i in 0..<6 {
+            var changed = base
+            changed.integers[i] &+= 1
+            expectNew(changed, "integer \(i)")
+        }
+        var expiring = base
+        expiring.expiresAt = 0
+        expectNew(expiring, "an expiry of 0")
+        var long = base
+        long.texts[0] = "https://e/" + String(repeating: "long/", count: 2_000)
+        expectNew(long, "a URL of 10 KB")
+        long.texts[4] = String(repeating: "p", count: 9_000)
+        expectNew(long, "and a long policy")
+    }
+
     /// The slot multimap against a model multiset, with keys chosen to pile up on a few home
     /// slots (so runs wrap around the array and removals shift them back), pairs inserted twice,
     /// removals of absent pairs, and growth.
