@@ -75,6 +75,11 @@ public final class PackWriter {
     /// Where a put's record headers and link body are encoded, kept from one append to the
     /// next: appending a record allocates nothing of its own.
     private var scratch: [UInt8] = []
+    /// The largest scratch kept from one append to the next (bytes); a larger one, grown by a
+    /// record with a long key or metadata, is freed at the next append.
+    static let scratchKeptCapacity = 64 << 10
+    /// The scratch's capacity (tests).
+    var scratchCapacity: Int { scratch.capacity }
 
     /// Makes a writer that appends to `segment` (a segment of the current version) at `end`,
     /// where the file ends.
@@ -239,8 +244,10 @@ public final class PackWriter {
     }
 
     /// Empties the scratch but for room for `headers` record headers, then encodes `link`'s
-    /// body after them.
+    /// body after them. A buffer grown past ``scratchKeptCapacity`` by a long key or metadata is
+    /// let go of first: the writer keeps one that fits the usual record.
     private func encodeInScratch(headers: Int, link: LinkRecord) {
+        if scratch.capacity > Self.scratchKeptCapacity { scratch = [] }
         var w = ByteWriter(reusing: &scratch)
         w.appendZeros(headers * PackFormat.Version2.recordHeaderSize)
         RecordCodec.appendLinkBody(link, version: PackFormat.currentVersion, to: &w)

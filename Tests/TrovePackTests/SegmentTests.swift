@@ -95,6 +95,25 @@ func version1BlobBody(_ payload: [UInt8], id: UInt64) -> [UInt8] {
         }
     }
 
+    /// A record with a long key grows the writer's buffer; the next append lets it go, so the
+    /// writer does not keep the largest record's size for its life.
+    @Test func aBufferGrownByALongKeyIsNotKept() async throws {
+        try await withTemporaryDirectory { dir in
+            let writer = try makeWriter(dir)
+            func link(_ url: String, _ sequence: UInt64) -> LinkRecord {
+                LinkRecord(
+                    url: url, variant: "", blobHash: ContentHash(high: 1, low: 2), blobLength: 3, blobID: 1,
+                    sequence: sequence, createdAt: 4)
+            }
+            _ = try writer.appendLink(link("https://e/" + String(repeating: "u", count: 200_000), 2))
+            #expect(writer.scratchCapacity > PackWriter.scratchKeptCapacity)
+            _ = try writer.appendLink(link("https://e/short", 3))
+            #expect(writer.scratchCapacity <= PackWriter.scratchKeptCapacity)
+            _ = try writer.appendLink(link("https://e/short/again", 4))
+            #expect(writer.scratchCapacity <= PackWriter.scratchKeptCapacity)
+        }
+    }
+
     @Test func everyFlippedBitOfABlobRecordIsDetected() async throws {
         try await withTemporaryDirectory { dir in
             let writer = try makeWriter(dir)
