@@ -2,8 +2,9 @@
 // limit slows down with churn"): a Swift Dictionary of 100 000 string keys takes new keys one by
 // one, and whenever it is over the limit, keys are removed down to a sixteenth under it, chosen
 // as `LocationMap.committed` chooses them (`front`: the first in iteration order, i.e. the hash
-// table's bucket order), from a random starting point (`random`), or every k-th over the whole
-// table (`stride`). Prints the time of each 100 000 inserts.
+// table's bucket order), from a random starting point (`random`), every k-th over the whole
+// table (`stride`), or the oldest keys first, in an order kept beside the table (`fifo`). Prints
+// the time of each 100 000 inserts.
 //
 //   swiftc -O scripts/location-map-churn.swift -o /tmp/churn && /tmp/churn front
 import Foundation
@@ -13,11 +14,15 @@ let limit = 100_000
 let target = limit - limit / 16
 let mode = CommandLine.arguments.count > 1 ? CommandLine.arguments[1] : "front"
 var slots: [String: Int] = [:]
+/// `fifo`: keys in the order they came in, oldest first (`fifoHead` is the next to go).
+var fifo: [String] = []
+var fifoHead = 0
 var random = SystemRandomNumberGenerator()
 let clock = ContinuousClock()
 var started = clock.now
 for i in 0..<1_500_000 {
     slots["https://example.com/fill-\(i)"] = i
+    if mode == "fifo" { fifo.append("https://example.com/fill-\(i)") }
     if slots.count > limit {
         let wanted = slots.count - target
         var victims: [String] = []
@@ -29,6 +34,16 @@ for i in 0..<1_500_000 {
                 if at == slots.endIndex { at = slots.startIndex }
                 victims.append(slots[at].key)
                 at = slots.index(after: at)
+            }
+        case "fifo":
+            // An order of their own: the oldest keys go, wherever they hash.
+            while victims.count < wanted {
+                victims.append(fifo[fifoHead])
+                fifoHead += 1
+            }
+            if fifoHead > limit {
+                fifo.removeFirst(fifoHead)
+                fifoHead = 0
             }
         case "stride":
             let stride = max(1, slots.count / wanted)
