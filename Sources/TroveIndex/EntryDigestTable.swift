@@ -319,7 +319,8 @@ struct FingerprintBuilder {
 
     /// The XXH3-64 of what `body` adds, given the texts' total length in bytes.
     static func hash(textBytes: Int, _ body: (inout FingerprintBuilder) -> Void) -> UInt64 {
-        // Five texts' marks and lengths, eight integers, the expiry's mark.
+        // Five texts' marks and 8-byte lengths; six integers, then the expiry's mark and value
+        // (seven integers) — eight counted, a spare.
         let capacity = textBytes + 5 * 9 + 8 * 8 + 1
         return withUnsafeTemporaryAllocation(byteCount: capacity, alignment: 8) { raw in
             var builder = FingerprintBuilder(raw)
