@@ -340,13 +340,8 @@ struct FingerprintBuilder {
     }
 
     mutating func text(_ field: String?) {
-        guard let field else { return absent() }
-        let length = field.utf8.count
-        byte(1)
-        integer(Int64(length))
-        precondition(count + length <= buffer.count, "the texts fit the length given")
-        _ = UnsafeMutableRawBufferPointer(rebasing: buffer[count..<(count + length)]).copyBytes(from: field.utf8)
-        count += length
+        guard var field else { return absent() }
+        field.withUTF8 { text(UnsafeRawBufferPointer($0)) }
     }
 
     private mutating func byte(_ value: UInt8) {

@@ -229,11 +229,10 @@ public final class PackWriter {
                 into: UnsafeMutableRawBufferPointer(rebasing: s[..<headerSize]),
                 identity: RecordIdentity(type: .blob, sequence: id, digest: hash), bodyLength: payload.count,
                 bodyChecksum: blobChecksum, format: segment.format, segment: segment.id, offset: blobOffset)
-            RecordCodec.writeHeader(
+            writeLinkHeader(
                 into: UnsafeMutableRawBufferPointer(rebasing: s[headerSize..<(2 * headerSize)]),
-                identity: RecordIdentity(type: .link, sequence: link.sequence, digest: digest), bodyLength: body.count,
-                bodyChecksum: XXH3.hash64(body, seed: segment.format.bodySeed(.link)), format: segment.format,
-                segment: segment.id, offset: linkOffset)
+                identity: RecordIdentity(type: .link, sequence: link.sequence, digest: digest), body: body,
+                offset: linkOffset)
             let offset = try append([
                 UnsafeRawBufferPointer(rebasing: s[..<headerSize]), payload,
                 UnsafeRawBufferPointer(rebasing: s[headerSize...]),
@@ -241,6 +240,16 @@ public final class PackWriter {
             assert(offset == blobOffset)
             return (blobOffset, linkOffset)
         }
+    }
+
+    /// Writes the header of a link record with `body` at `offset` of the segment into `raw`.
+    private func writeLinkHeader(
+        into raw: UnsafeMutableRawBufferPointer, identity: RecordIdentity, body: UnsafeRawBufferPointer, offset: UInt64
+    ) {
+        RecordCodec.writeHeader(
+            into: raw, identity: identity, bodyLength: body.count,
+            bodyChecksum: XXH3.hash64(body, seed: segment.format.bodySeed(.link)), format: segment.format,
+            segment: segment.id, offset: offset)
     }
 
     /// Empties the scratch but for room for `headers` record headers, then encodes `link`'s
@@ -273,10 +282,7 @@ public final class PackWriter {
         encodeInScratch(headers: 1, link: link)
         return try scratch.withUnsafeMutableBytes { s throws in
             let body = UnsafeRawBufferPointer(rebasing: s[headerSize...])
-            RecordCodec.writeHeader(
-                into: s, identity: identity, bodyLength: body.count,
-                bodyChecksum: XXH3.hash64(body, seed: segment.format.bodySeed(.link)), format: segment.format,
-                segment: segment.id, offset: end)
+            writeLinkHeader(into: s, identity: identity, body: body, offset: end)
             return try append([UnsafeRawBufferPointer(s)])
         }
     }
