@@ -3,8 +3,9 @@
 // one, and whenever it is over the limit, keys are removed down to a sixteenth under it, chosen
 // as `LocationMap.committed` chooses them (`front`: the first in iteration order, i.e. the hash
 // table's bucket order), from a random starting point (`random`), every k-th over the whole
-// table (`stride`), or the oldest keys first, in an order kept beside the table (`fifo`). Prints
-// the time of each 100 000 inserts.
+// table (`stride`), or the oldest keys first, in an order kept beside the table (`fifo`: what the
+// map does since 2026-11-29, § the location map evicts its oldest slots). Prints the time of each
+// 100 000 inserts.
 //
 //   swiftc -O scripts/location-map-churn.swift -o /tmp/churn && /tmp/churn front
 import Foundation

@@ -491,17 +491,32 @@ public final class BenchmarkSuite {
             metricName: "MB/s copied")
     }
 
-    /// Open time and cold get p99 of Trove at 10 000 entries and at `scaleEntries`.
+    /// The fill's speed, open time and cold get p99 of Trove at 10 000 entries and at
+    /// `scaleEntries`.
     private func scaling() throws {
         for entries in [10_000, plan.scaleEntries] {
             let directory = root + "/scale-\(entries)"
             progress("scaling: filling a store with \(entries) entries of 1 KiB")
             do {
+                // Each put timed: past `locationCacheLimit` distinct keys the location map evicts
+                // at every cycle, and a fill of a million stalled for minutes when its eviction
+                // left the table's buckets lopsided (Docs/Benchmarks.md, "a location map at its
+                // limit slows down with churn").
                 let engine = try TroveEngine(directory: directory, durability: .none)
+                var fill = Measurement()
+                let clock = ContinuousClock()
                 for i in 0..<entries {
-                    try engine.put(pool.value(id: UInt64(i), size: 1024), key: "s-\(i)", etag: "")
+                    let value = pool.value(id: UInt64(i), size: 1024)
+                    let t0 = clock.now
+                    try engine.put(value, key: "s-\(i)", etag: "")
+                    fill.add(clock.now - t0)
                 }
                 try engine.close()
+                let small = entries == 10_000 ? nil : result("fill 1KiB to 10000 entries", "Trove none")
+                let rate = Double(fill.latencies.count) / max(fill.seconds, 1e-9)
+                record(
+                    "fill 1KiB to \(entries) entries", name: "Trove none", fill,
+                    metric: small.map { rate / $0.opsPerSecond }, metricName: small.map { _ in "× the 10000 fill" })
             }
             // Best of three opens (the first also warms the page cache).
             var openSeconds = Double.infinity

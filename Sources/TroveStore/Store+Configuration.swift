@@ -59,8 +59,10 @@ extension Store {
         public var accessTimeFlushInterval: Duration = .seconds(5)
 
         /// How many entries the in-memory key → location map may hold (the index answers
-        /// misses). Default: 100 000. Past it, the next commit cycle lets go of slots — any but
-        /// those of writes not yet committed — until the map is a sixteenth under the limit.
+        /// misses). Default: 100 000. Past it, the next commit cycle lets go of slots — the oldest
+        /// first, by the put that last wrote each or the get that missed and filled it (a get
+        /// that finds a slot does not renew it), never those of writes not yet committed —
+        /// until the map is a sixteenth under the limit.
         /// A slot costs a few hundred bytes of heap (its key and row, URL text included);
         /// `trove bench` measures ~0.85 KB of resident growth per entry read once, mapped index
         /// pages and read-time bookkeeping included (Docs/Architecture.md, "Memory"). When 4 096

@@ -251,6 +251,7 @@ import TroveTestSupport
             for name in [
                 "put 4KiB", "warm get 4KiB", "put 64KiB", "warm get 64KiB", "put 1MiB", "warm get 1MiB",
                 "mixed 90/10 Zipf", "dedup-heavy put 20KiB", "disk per payload 20KB", "cold get at 10000 entries",
+                "fill 1KiB to 10000 entries",
                 "get, idle", "get, during compaction", "compaction pass",
             ] {
                 #expect(workloads.contains(name), "\(name)")

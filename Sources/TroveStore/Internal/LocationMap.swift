@@ -57,11 +57,20 @@ struct LocationMap {
 
     fileprivate final class Box: Sendable {
         let entry: IndexedEntry
-        init(_ entry: IndexedEntry) { self.entry = entry }
+        /// Where the slot's key is in ``arrivals``.
+        let position: ArrivalOrder.Position
+        init(_ entry: IndexedEntry, at position: ArrivalOrder.Position) {
+            self.entry = entry
+            self.position = position
+        }
     }
 
     /// Recently written or read keys.
     private var slots: [CacheKey: Held] = [:]
+    /// The keys of the present slots, least recently written or filled first: the order in
+    /// which the map lets go of them over its limit. Each present slot's box holds its key's
+    /// position; removed slots are not in it (they go when their removal is committed).
+    private var arrivals = ArrivalOrder()
     /// The keys whose slot is `.removed`: what a commit may drop, found without walking every
     /// slot (a commit cycle must cost what it commits, not what the map holds).
     private var removedKeys: Set<CacheKey> = []
@@ -97,6 +106,10 @@ struct LocationMap {
     /// How many keys have a slot (pinned ones aside).
     var count: Int { slots.count }
 
+    /// The keys of the present slots, least recently written or filled first: the order in
+    /// which they go over the limit (O(n): for tests).
+    var order: [CacheKey] { arrivals.keys }
+
     /// Every slot but the pinned ones, unboxed: for tests that check the map's own sets
     /// against each other (O(n): not for the store's paths).
     var table: [CacheKey: Slot] { slots.mapValues(\.slot) }
@@ -105,14 +118,29 @@ struct LocationMap {
 
     /// A put of `key` appended `entry`'s records.
     mutating func stored(_ entry: IndexedEntry, for key: CacheKey) {
-        // One lookup: `removedKeys` holds the key only when its slot was `.removed`.
-        if case .removed = slots.updateValue(.present(Box(entry)), forKey: key) { removedKeys.remove(key) }
+        if let index = slots.index(forKey: key) {
+            let position: ArrivalOrder.Position
+            switch slots.values[index] {
+            case .present(let box):
+                position = box.position
+                arrivals.moveToBack(position)
+            case .removed:
+                // `removedKeys` holds the key only when its slot was `.removed`.
+                removedKeys.remove(key)
+                position = arrivals.append(key)
+            }
+            slots.values[index] = .present(Box(entry, at: position))
+        } else {
+            slots[key] = .present(Box(entry, at: arrivals.append(key)))
+        }
         changed(key, .stored)
     }
 
     /// A tombstone for `key`, with sequence number `sequence`, was appended.
     mutating func removed(_ key: CacheKey, sequence: UInt64) {
-        slots[key] = .removed(sequence)
+        if case .present(let box)? = slots.updateValue(.removed(sequence), forKey: key) {
+            _ = arrivals.remove(box.position)
+        }
         removedKeys.insert(key)
         changed(key, .removed)
     }
@@ -123,7 +151,7 @@ struct LocationMap {
     /// before it looked: cached only if nothing changed since and no slot appeared.
     mutating func fill(_ entry: IndexedEntry, for key: CacheKey, readAt: UInt64) {
         guard generation == readAt, slots[key] == nil else { return }
-        slots[key] = .present(Box(entry))
+        slots[key] = .present(Box(entry, at: arrivals.append(key)))
     }
 
     // MARK: Moves
@@ -136,7 +164,7 @@ struct LocationMap {
             guard case .present(let box) = held, let place = blobs[box.entry.blob.id] else { continue }
             var entry = box.entry
             (entry.blob.segment, entry.blob.offset, entry.blob.recordBytes) = place
-            slots[key] = .present(Box(entry))
+            slots[key] = .present(Box(entry, at: box.position))
             touched.insert(key)
         }
         generation &+= 1
@@ -152,7 +180,7 @@ struct LocationMap {
         guard case .present(let box) = slots[key], box.entry.blob.id == place.id else { return }
         var entry = box.entry
         entry.blob = place
-        slots[key] = .present(Box(entry))
+        slots[key] = .present(Box(entry, at: box.position))
         changed(key, .relocated)
     }
 
@@ -176,11 +204,7 @@ struct LocationMap {
     /// replay): every slot but those of `queued` keys and uncommitted removals is dropped, so
     /// that the index answers, and each change is reported.
     mutating func indexChanged(_ changes: [KeyChange], keeping queued: Set<CacheKey>) {
-        slots = slots.filter { key, held in
-            if queued.contains(key) { return true }
-            if case .removed = held { return true }
-            return false
-        }
+        (slots, arrivals) = rebuilt(capacity: queued.count + removedKeys.count) { key, _ in queued.contains(key) }
         generation &+= 1
         for change in changes { observer?(change) }
     }
@@ -194,8 +218,10 @@ struct LocationMap {
         fileprivate var slots: [Held] = []
         fileprivate var keys: [CacheKey] = []
         /// The old table, when most of the map went: it still holds the `keptInTable` slots
-        /// that moved to the new one (shared, not freed with it).
+        /// that moved to the new one (their entries shared, not freed with it).
         fileprivate var table: [CacheKey: Held] = [:]
+        /// The old table's arrival order, with it.
+        fileprivate var order = ArrivalOrder()
         fileprivate var keptInTable = 0
         /// How many slots there are to free.
         var count: Int { slots.count + table.count - keptInTable }
@@ -224,8 +250,8 @@ struct LocationMap {
     /// earlier call left unfinished, more than ``evictionTarget(limit:)`` — lets go of slots of
     /// committed writes and of reads, never of a write numbered `committed` or above (one still
     /// queued), until it holds the target (or only such slots), handing back those it let go of
-    /// for the caller to free after its locks. Which slots go is the table's hash order: as good
-    /// as random for a cache in front of the index.
+    /// for the caller to free after its locks. The least recently written or filled slots go
+    /// first (``arrivals``), wherever their keys hash.
     ///
     /// A slot's own sequence number says whether it may go, so the caller needs no view of the
     /// write queue: it holds the map's lock only, not the appender's, and with `atMost` it lets
@@ -260,37 +286,42 @@ struct LocationMap {
             removedKeys = waiting
         }
         guard over, slots.count > target else { return (dropped, false) }
+        // (Removed slots left are all waiting: the committed ones went above.)
         if !continuing, slots.count - target > target {
             // Most of the map goes (reads between two cycles filled it far past the limit):
-            // the slots that stay move to a new table and the old one is handed back whole,
-            // so that no table stays sized for a burst. O(slots), in this one hold.
-            var kept: [CacheKey: Held] = [:]
-            kept.reserveCapacity(target)
-            for (key, held) in slots where held.sequence >= committed { kept[key] = held }
-            if kept.count < target {
-                for (key, held) in slots where held.sequence < committed {
-                    kept[key] = held
-                    if kept.count == target { break }
-                }
+            // the slots that stay — the waiting ones, then the newest others up to the
+            // target — move to a new table and the old one is handed back whole, so that no
+            // table stays sized for a burst. O(slots), in this one hold.
+            var waiting = removedKeys.count
+            for case .present(let box) in slots.values where box.entry.entry.sequence >= committed { waiting += 1 }
+            var toDrop = slots.count - max(target, waiting)
+            var (table, order) = rebuilt(capacity: max(target, waiting)) { _, box in
+                guard box.entry.entry.sequence < committed, toDrop > 0 else { return true }
+                toDrop -= 1
+                return false
             }
-            swap(&kept, &slots)
-            dropped.table = kept
+            swap(&table, &slots)
+            swap(&order, &arrivals)
+            dropped.table = table
+            dropped.order = order
             dropped.keptInTable = slots.count
             return (dropped, false)
         }
-        // Fewer go than stay (a cycle's writes, the usual case): out of the table in place.
-        // (Removed slots left are all waiting: the committed ones went above.)
+        // Fewer go than stay (a cycle's writes, the usual case): out of the table in place,
+        // oldest first, passing over the waiting ones.
         let wanted = min(atMost, slots.count - target)
         var victims: [CacheKey] = []
         victims.reserveCapacity(wanted)
-        for (key, held) in slots where held.sequence < committed {
-            guard case .present = held else { continue }
-            victims.append(key)
-            if victims.count == wanted { break }
-        }
-        dropped.slots.reserveCapacity(dropped.slots.count + victims.count)
-        for key in victims {
-            if let held = slots.removeValue(forKey: key) { dropped.slots.append(held) }
+        dropped.slots.reserveCapacity(dropped.slots.count + wanted)
+        var next = arrivals.first
+        while let position = next, victims.count < wanted {
+            next = arrivals.position(after: position)
+            guard let index = slots.index(forKey: arrivals.key(at: position)),
+                case .present(let box) = slots.values[index]
+            else { preconditionFailure("a key in the arrival order has no present slot") }
+            guard box.entry.entry.sequence < committed else { continue }
+            dropped.slots.append(slots.remove(at: index).value)
+            victims.append(arrivals.remove(position))
         }
         dropped.keys = victims
         // No bump: a dropped slot's write is in the index now, and a fill that began before
@@ -301,9 +332,31 @@ struct LocationMap {
     /// The store closed.
     mutating func removeAll() {
         slots.removeAll()
+        arrivals = ArrivalOrder()
         removedKeys.removeAll()
         pinned.removeAll()
         generation &+= 1
+    }
+
+    /// The slots `keep` accepts of the present ones (given each key and box), in their order,
+    /// and every removed one: a new table, reserved for `capacity`, and its order.
+    private func rebuilt(capacity: Int, keeping keep: (CacheKey, Box) -> Bool)
+        -> (slots: [CacheKey: Held], arrivals: ArrivalOrder)
+    {
+        var table: [CacheKey: Held] = [:]
+        table.reserveCapacity(capacity)
+        var order = ArrivalOrder()
+        var next = arrivals.first
+        while let position = next {
+            next = arrivals.position(after: position)
+            let key = arrivals.key(at: position)
+            guard case .present(let box)? = slots[key], keep(key, box) else { continue }
+            table[key] = .present(Box(box.entry, at: order.append(key)))
+        }
+        for key in removedKeys {
+            if let held = slots[key] { table[key] = held }
+        }
+        return (table, order)
     }
 
     private mutating func changed(_ key: CacheKey, _ kind: KeyChange.Kind) {
