@@ -41,6 +41,9 @@ struct ArrivalOrder {
     /// The oldest key's position.
     var first: Position? { front == Self.none ? nil : Position(node: front) }
 
+    /// The newest key's position.
+    var last: Position? { back == Self.none ? nil : Position(node: back) }
+
     /// The position of the key after the one at `position` (newer), if any.
     func position(after position: Position) -> Position? {
         let next = nodes[Int(position.node)].next

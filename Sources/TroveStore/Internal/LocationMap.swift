@@ -67,9 +67,10 @@ struct LocationMap {
 
     /// Recently written or read keys.
     private var slots: [CacheKey: Held] = [:]
-    /// The keys of the present slots, least recently written or filled first: the order in
-    /// which the map lets go of them over its limit. Each present slot's box holds its key's
-    /// position; removed slots are not in it (they go when their removal is committed).
+    /// The keys of the present slots, least recently written or filled first (a queued write
+    /// an eviction passes over goes to the back): the order in which the map lets go of them
+    /// over its limit. Each present slot's box holds its key's position; removed slots are not
+    /// in it (they go when their removal is committed).
     private var arrivals = ArrivalOrder()
     /// The keys whose slot is `.removed`: what a commit may drop, found without walking every
     /// slot (a commit cycle must cost what it commits, not what the map holds).
@@ -251,7 +252,8 @@ struct LocationMap {
     /// committed writes and of reads, never of a write numbered `committed` or above (one still
     /// queued), until it holds the target (or only such slots), handing back those it let go of
     /// for the caller to free after its locks. The least recently written or filled slots go
-    /// first (``arrivals``), wherever their keys hash.
+    /// first (``arrivals``), wherever their keys hash; a waiting slot the eviction passes moves
+    /// to the back of the order.
     ///
     /// A slot's own sequence number says whether it may go, so the caller needs no view of the
     /// write queue: it holds the map's lock only, not the appender's, and with `atMost` it lets
@@ -308,18 +310,26 @@ struct LocationMap {
             return (dropped, false)
         }
         // Fewer go than stay (a cycle's writes, the usual case): out of the table in place,
-        // oldest first, passing over the waiting ones.
+        // oldest first. A waiting slot the walk passes goes to the back — a queued write is
+        // newer than every committed slot — so that the next chunk does not walk it again
+        // (found by an outside attack: keys rewritten within a cycle put their queued writes
+        // ahead of the reads filled after them, and every 512-slot chunk walked them all); the
+        // walk ends at the key that was the newest when it began.
         let wanted = min(atMost, slots.count - target)
         var victims: [CacheKey] = []
         victims.reserveCapacity(wanted)
         dropped.slots.reserveCapacity(dropped.slots.count + wanted)
         var next = arrivals.first
+        let newest = arrivals.last
         while let position = next, victims.count < wanted {
-            next = arrivals.position(after: position)
+            next = position == newest ? nil : arrivals.position(after: position)
             guard let index = slots.index(forKey: arrivals.key(at: position)),
                 case .present(let box) = slots.values[index]
             else { preconditionFailure("a key in the arrival order has no present slot") }
-            guard box.entry.entry.sequence < committed else { continue }
+            guard box.entry.entry.sequence < committed else {
+                arrivals.moveToBack(position)
+                continue
+            }
             dropped.slots.append(slots.remove(at: index).value)
             victims.append(arrivals.remove(position))
         }
