@@ -569,6 +569,74 @@ import TroveTestSupport
         }
     }
 
+    /// Inside a cycle's sync (after its snapshot, before its eviction) every key the map holds
+    /// is written again (queued: the front of the order is all waiting slots), some others are
+    /// removed, and reads fill the map past its limit behind them, so that the cycle's eviction
+    /// — in place — must walk past every queued slot to find the fills: it keeps every queued
+    /// slot in its order, drops the oldest fills, and every key reads its last write.
+    @Test(arguments: [17, 64, 200])
+    func fillsBehindQueuedWritesInACyclesWindow(limit: Int) async throws {
+        try await withTemporaryDirectory { dir in
+            let window = LocationMapAttackTests.SyncWindow()
+            let n = 600
+            let (removed, filled) = (limit / 8, limit / 2)
+            let store = try openStore(dir) {
+                $0.locationCacheLimit = limit
+                $0.batchInterval = .seconds(3_600)
+                $0.accessTimeFlushInterval = .seconds(3_600)
+                $0.compactionInterval = nil
+                // No batch wakes the background committer: only the flushes below run cycles.
+                // (With the default, the 600 puts' wake-ups could run a late background cycle
+                // that committed — and synced — the put below before the window was armed, and
+                // the window never opened: seen once in a fresh-clone CI run.)
+                $0.batchSize = 100_000
+                $0.faultInjector = window.faults
+            }
+            defer { try? store.close() }
+            for k in 0..<n { try store.put(Self.bytes(k, 0), for: key(k)) }
+            try store.flush()
+            try store.flush()
+            // In the snapshot: one put, so the cycle syncs.
+            try store.put(Self.bytes(n, 0), for: key(n))
+            let held = store.shared.withLock { $0.map.order }
+            let heldSet = Set(held)
+            let others = (0..<n).filter { !heldSet.contains(key($0)) }
+            let removals = Array(others.prefix(removed))
+            let fills = Array(others.dropFirst(removed).prefix(filled))
+            let failures = Locked<[String]>([])
+            let countInWindow = Locked(0)
+            window.arm {
+                do {
+                    for k in held { try store.put(Self.bytes(Self.number(k), 1), for: k) }
+                    for k in removals { _ = try store.remove(key(k)) }
+                    for k in fills where try store.data(for: key(k)) != Self.bytes(k, 0) {
+                        failures.withLock { $0.append("read \(k) in the window") }
+                    }
+                    countInWindow.withLock { $0 = store.shared.withLock { $0.map.count } }
+                } catch {
+                    failures.withLock { $0.append("\(error)") }
+                }
+            }
+            try store.flush()
+            #expect(!window.disarm(), "the window ran")
+            #expect(failures.withLock { $0 }.isEmpty, "\(failures.withLock { $0 })")
+            let target = LocationMap.evictionTarget(limit: limit)
+            let count = countInWindow.withLock { $0 }
+            #expect(count > limit && count - target <= target, "in place: \(count) slots, target \(target)")
+            Self.expectSound(store, "after the cycle")
+            // Kept: every re-written key in its order, then the newest fills.
+            let kept = store.shared.withLock { $0.map.order }
+            #expect(kept == held + fills.map { key($0) }.suffix(kept.count - held.count))
+            #expect(kept.count < held.count + fills.count, "fills went")
+            for k in held { #expect(try store.data(for: k) == Self.bytes(Self.number(k), 1), "queued put \(k.url)") }
+            for k in removals { #expect(try store.data(for: key(k)) == nil, "queued removal \(k)") }
+            for k in fills { #expect(try store.data(for: key(k)) == Self.bytes(k, 0), "key \(k)") }
+            try store.flush()
+            #expect(store.shared.withLock { $0.map.count } <= limit)
+            Self.expectSound(store, "after the next cycle")
+        }
+    }
+
     /// Threads race puts (re-writes while queued, removals then re-puts) with read-backs of
     /// their own writes, readers filling the map from a shared read-only range, and a thread
     /// that flushes, compacts and repairs (`fsck --repair`, the map's `indexChanged`) and checks
