@@ -184,6 +184,9 @@ import TroveTestSupport
                 $0.locationCacheLimit = limit
                 $0.batchInterval = .seconds(3_600)
                 $0.accessTimeFlushInterval = .seconds(3_600)
+                // Only the flushes below run cycles: the 600 puts' wake-ups could otherwise run
+                // a late background cycle that commits the window's snapshot before it is armed.
+                $0.batchSize = 100_000
                 $0.faultInjector = window.faults
             }
             defer { try? store.close() }
