@@ -17,6 +17,8 @@
 // mmap on, no automatic checkpoint; then one PASSIVE checkpoint of what they wrote is timed.
 // ROWS_PER_STATEMENT (default 1) > 1 inserts that many puts' rows with one multi-row INSERT a
 // table, as the committer's groups of new puts do (Docs/Benchmarks.md, "new puts in groups").
+// MODEL_WITHOUT=entries_by_access,entries_by_blob (any of the four secondary indexes' names)
+// leaves those indexes out.
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,10 +153,18 @@ int main(int argc, char **argv) {
     }
     run(sql);
     if (strcmp(layout, "v6") == 0) run("CREATE UNIQUE INDEX entries_by_key ON entries(key_hash)");
-    run("CREATE INDEX entries_by_url ON entries(url_hash) WHERE variant != ''");
-    run("CREATE INDEX entries_by_access ON entries(accessed_at)");
-    run("CREATE INDEX entries_by_expiry ON entries(expires_at) WHERE expires_at IS NOT NULL");
-    run("CREATE INDEX entries_by_blob ON entries(blob)");
+    // MODEL_WITHOUT (a comma-separated list of these index names) leaves those out: what each
+    // secondary index costs a put.
+    const char *without = getenv("MODEL_WITHOUT") ? getenv("MODEL_WITHOUT") : "";
+    const char *indexes[][2] = {
+        {"entries_by_url", "CREATE INDEX entries_by_url ON entries(url_hash) WHERE variant != ''"},
+        {"entries_by_access", "CREATE INDEX entries_by_access ON entries(accessed_at)"},
+        {"entries_by_expiry", "CREATE INDEX entries_by_expiry ON entries(expires_at) WHERE expires_at IS NOT NULL"},
+        {"entries_by_blob", "CREATE INDEX entries_by_blob ON entries(blob)"},
+    };
+    for (int i = 0; i < 4; i++) {
+        if (!strstr(without, indexes[i][0])) run(indexes[i][1]);
+    }
     sqlite3_prepare_v2(db,
         "INSERT INTO blobs(id, hash, length, segment, offset, record_bytes, refs) "
         "VALUES (?, ?, 4096, 1, ?, 4148, 1) ON CONFLICT(id) DO NOTHING",
