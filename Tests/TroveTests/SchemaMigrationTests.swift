@@ -220,7 +220,8 @@ import TroveTestSupport
                     return
                 }
             }
-            #expect(try store.fsck().isClean)
+            let report = try store.fsck()
+            #expect(report.isClean, "\(report.findings.map(\.message))")
         }
     }
 
