@@ -19,15 +19,19 @@ public enum PreparedTail {
         min(file.blockSize ?? 4_096, 64 << 10)
     }
 
-    /// Cuts `file` where its trailing hole starts, if it has one at or past `floor` (what the
-    /// index already reflects); returns that offset, which ``isLeftover(_:in:cutAt:above:)`` needs.
-    public static func cut(_ file: SegmentFile, above floor: UInt64) throws -> UInt64? {
+    /// Where `file`'s trailing hole starts, if it has one at or past `floor` (what the index
+    /// already reflects): the end of the file as a scan should see it, and the offset
+    /// ``isLeftover(_:in:cutAt:above:)`` needs. Nothing is cut here: the caller cuts the hole
+    /// together with what a scan up to it finds torn (the leftover zeros of its first block),
+    /// in one truncation. Cut on its own first, a kill before the second cut would leave those
+    /// zeros ending the file with no hole after them, which the next opening can no longer
+    /// tell from a torn write and reports as one.
+    public static func start(_ file: SegmentFile, above floor: UInt64) throws -> UInt64? {
         guard let start = try file.trailingHole(), start >= floor else { return nil }
-        try file.truncate(to: start)
         return start
     }
 
-    /// Whether `torn`, the torn tail a scan found after ``cut(_:above:)`` returned `cutAt`, is
+    /// Whether `torn`, the torn tail a scan up to `cutAt` (from ``start(_:above:)``) found, is
     /// only the leftover of the block the hole started after: it ends where the hole was cut,
     /// starts at or past `floor` (what the index reflects: zeros over committed records are
     /// damage), spans less than a block, and holds zeros only.

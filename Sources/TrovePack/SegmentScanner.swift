@@ -132,8 +132,9 @@ public enum SegmentScanner {
     /// Whether a record starts at `offset` of `file`: for version 2, a header that verifies
     /// there (whatever its body); for version 1, a whole record that verifies. The end of the
     /// file counts as a start (of nothing).
-    public static func startsRecord(_ file: SegmentFile, at offset: UInt64) throws -> Bool {
-        var reader = try BufferedReader(file: file)
+    /// With `end`, the file is read as if it ended there.
+    public static func startsRecord(_ file: SegmentFile, at offset: UInt64, upTo end: UInt64? = nil) throws -> Bool {
+        var reader = try BufferedReader(file: file, limit: end)
         defer { reader.deallocate() }
         if offset >= reader.size { return offset == reader.size }
         switch try readRecord(&reader, file: file, at: offset) {

@@ -344,12 +344,18 @@ struct Recovery {
         let newestID = ([knownMax] + Array(placement.headers.keys) + Array(placement.unreadable.keys)).max() ?? 0
         for var tail in tails {
             let cutting = tail.id == newestID
-            // The hole the writer kept ahead of its records goes first, unreported (it never held
-            // a record), so that it is neither written below as zeros nor reported as a torn tail
-            // — only past what the index reflects: a hole over committed records is damage.
+            // The hole the writer kept ahead of its records goes, unreported (it never held a
+            // record): the file is read as ending where it starts, so that it is neither written
+            // below as zeros nor reported as a torn tail — only past what the index reflects: a
+            // hole over committed records is damage. It is cut below together with the torn tail
+            // the scan finds before it (the leftover zeros of its first block), in one
+            // truncation: a kill between two cuts would leave those zeros ending the file with
+            // no hole after them, a torn tail the next opening reports (PreparedTail.start).
             let indexed = tail.from
-            let preparedCut = cutting ? try PreparedTail.cut(tail.file, above: indexed) : nil
-            if tail.from > tail.file.headerSize, try !SegmentScanner.startsRecord(tail.file, at: tail.from) {
+            let holeStart = cutting ? try PreparedTail.start(tail.file, above: indexed) : nil
+            if tail.from > tail.file.headerSize,
+                try !SegmentScanner.startsRecord(tail.file, at: tail.from, upTo: holeStart)
+            {
                 tail.from = tail.file.headerSize
             }
             if synchronize && unsyncedTails == nil {
@@ -357,7 +363,7 @@ struct Recovery {
                 // header may be in the page cache only too (rotation does not sync it).
                 let from = plan.newSegments.contains { $0.id == tail.id } ? 0 : tail.from
                 do {
-                    let size = try tail.file.size()
+                    let size = try holeStart ?? tail.file.size()
                     if size > from {
                         try tail.file.rewriteUnchanged(from..<size)
                         try tail.file.synchronize()
@@ -367,16 +373,18 @@ struct Recovery {
                     noteUnsynced(error, segment: tail.id, path: tail.file.path)
                 }
             }
-            let scan = try fold.fold(tail.file, from: tail.from, excludingTornTail: cutting)
+            let scan = try fold.fold(tail.file, from: tail.from, upTo: holeStart, excludingTornTail: cutting)
             var end = scan.fileSize
             if cutting, let torn = scan.tornTail {
-                let leftover = try PreparedTail.isLeftover(torn, in: tail.file, cutAt: preparedCut, above: indexed)
+                let leftover = try PreparedTail.isLeftover(torn, in: tail.file, cutAt: holeStart, above: indexed)
                 try tail.file.truncate(to: torn.start)
                 end = torn.start
                 if !leftover {
                     report.truncatedTails.append(
                         .init(segment: tail.id, validEnd: torn.start, bytesRemoved: torn.end - torn.start, reason: torn.reason))
                 }
+            } else if let holeStart {
+                try tail.file.truncate(to: holeStart)
             }
             for range in scan.damage where !(cutting && range == scan.tornTail) {
                 recordDamage(range, segment: tail.id, at: now)
