@@ -195,7 +195,11 @@ import TroveTestSupport
                 let path = file.path
                 let injector = FaultInjector { operation, at in
                     guard operation == .truncate, at == path else { return nil }
-                    return truncations.withLock { $0 += 1; return $0 } == cut ? .error(EIO) : nil
+                    let n = truncations.withLock {
+                        $0 += 1
+                        return $0
+                    }
+                    return n == cut ? .error(EIO) : nil
                 }
                 do {
                     let stopped = try openWarmStore(dir) {
