@@ -38,13 +38,20 @@ public enum PreparedTail {
     public static func isLeftover(_ torn: DamagedRange, in file: SegmentFile, cutAt: UInt64?, above floor: UInt64) throws
         -> Bool
     {
-        guard let cutAt, torn.end == cutAt, torn.start >= floor, torn.start < cutAt,
-            cutAt - torn.start < leftoverLimit(file)
-        else { return false }
-        let count = Int(cutAt - torn.start)
+        guard torn.end == cutAt, torn.start >= floor else { return false }
+        return try isLeftover(torn.start, in: file, cutAt: cutAt)
+    }
+
+    /// Whether the bytes from `offset` to `cutAt` (from ``start(_:above:)``) are only the
+    /// leftover of the block the hole started after: fewer than a block, zeros only. What the
+    /// index reflects ending there is the usual state a kill leaves in the newest segment: no
+    /// record past it, so nothing before it need be scanned again.
+    public static func isLeftover(_ offset: UInt64, in file: SegmentFile, cutAt: UInt64?) throws -> Bool {
+        guard let cutAt, offset < cutAt, cutAt - offset < leftoverLimit(file) else { return false }
+        let count = Int(cutAt - offset)
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: count, alignment: 16)
         defer { buffer.deallocate() }
-        guard try file.read(into: buffer, at: torn.start) == count else { return false }
+        guard try file.read(into: buffer, at: offset) == count else { return false }
         return buffer.allSatisfy { $0 == 0 }
     }
 }

@@ -165,11 +165,30 @@ public final class SegmentFile: Sendable {
     /// The header of the segment file at `path`, whatever its name says; nil when it is not a
     /// regular file with a valid segment header (or cannot be read).
     public static func header(atPath path: String) -> SegmentHeader? {
-        guard let fd = try? SystemCall.open(path, flags: O_RDONLY) else { return nil }
+        (try? readHeader(atPath: path)) ?? nil
+    }
+
+    /// The header of the segment file at `path`, whatever its name says; nil when there is no
+    /// file there or it holds no valid segment header.
+    ///
+    /// - Throws: ``PackError/Code/io`` when the file is there but could not be read (`EIO`,
+    ///   `EACCES`, …): a failure that may pass, unlike a header that is not valid.
+    public static func readHeader(atPath path: String, faults: FaultInjector? = nil) throws(PackError) -> SegmentHeader? {
+        let fd: Int32
+        do {
+            fd = try SystemCall.open(path, flags: O_RDONLY, faults: faults)
+        } catch {
+            if error.code != .io || error.errno == ENOENT { return nil }
+            throw error
+        }
         defer { SystemCall.close(fd) }
         var raw = [UInt8](repeating: 0, count: PackFormat.Version2.segmentHeaderSize)
-        guard let n = try? raw.withUnsafeMutableBytes({ b throws in try SystemCall.pread(fd, into: b, at: 0, path: path) })
-        else { return nil }
+        let n: Int
+        do {
+            n = try raw.withUnsafeMutableBytes { b in try SystemCall.pread(fd, into: b, at: 0, path: path, faults: faults) }
+        } catch {
+            throw error as? PackError ?? PackError(code: .io, message: "\(error)", path: path)
+        }
         return SegmentHeader.parse(Array(raw[0..<n]))
     }
 

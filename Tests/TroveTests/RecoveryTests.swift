@@ -6,7 +6,7 @@ import TrovePack
 import TroveStoreTestSupport
 import TroveTestSupport
 
-@testable import TroveStore
+@_spi(Testing) @testable import TroveStore
 
 @Suite struct RecoveryTests {
     @Test func aTornTailIsCutAndEntriesSurvive() async throws {
@@ -153,6 +153,61 @@ import TroveTestSupport
             }
             try store.close()
             #expect(try openStore(dir, segmentSize: 16 << 10).recoveryReport.isClean)
+        }
+    }
+
+    /// A file of `packs/` that is there but cannot be read for an I/O error stops the opening
+    /// with `.io`, changing nothing, until it reads again or is moved out: sealed, unsealed, or
+    /// made since the index's last commit. (Taken for a file with no valid header, a segment
+    /// was set aside for another file; taken for a missing one, a tail's writes were never
+    /// replayed, the numbers they took were handed out again, and the writer's hole was never
+    /// cut.)
+    @Test func anUnreadableSegmentStopsOpeningUntilItReadsOrIsMovedOut() async throws {
+        try await withTemporaryDirectory { dir in
+            let files = StoreFiles(root: dir)
+            try populate(dir, count: 30, segmentSize: 16 << 10)
+            let ids = try files.segmentIDs()
+            let newest = try #require(ids.last)
+            #expect(ids.count >= 3)
+            let failing = Locked<Set<String>>([])
+            let injector = FaultInjector { op, path in op == .read && failing.withLock { $0.contains(path) } ? .error(EIO) : nil }
+            func open() throws -> Store { try openStore(dir, segmentSize: 16 << 10) { $0.faultInjector = injector } }
+
+            try Data("not yet a segment".utf8).write(to: URL(fileURLWithPath: files.segment(newest + 1)))
+            for path in [files.segment(ids[0]), files.segment(newest), files.segment(newest + 1)] {
+                failing.withLock { $0 = [path] }
+                let names = try FileManager.default.contentsOfDirectory(atPath: files.packs).sorted()
+                let sizes = try names.map { try files.size(files.packs + "/" + $0) }
+                for _ in 0..<2 {
+                    #expect {
+                        _ = try open()
+                    } throws: { error in
+                        let error = try #require(error as? StoreError)
+                        return error.code == .io && error.message.contains(path.split(separator: "/").last!)
+                            && error.message.contains("move the file out of packs/")
+                    }
+                }
+                #expect(try FileManager.default.contentsOfDirectory(atPath: files.packs).sorted() == names)
+                #expect(try names.map { try files.size(files.packs + "/" + $0) } == sizes)
+            }
+            // Readable again: nothing lost. (The file that is no segment is reported, not used.)
+            failing.withLock { $0 = [] }
+            do {
+                let store = try open()
+                #expect(store.recoveryReport.missingSegments.isEmpty, "\(store.recoveryReport)")
+                for i in 0..<30 { #expect(try store.data(for: key(i)) == value(i)) }
+                try store.close()
+            }
+            try FileManager.default.removeItem(atPath: files.segment(newest + 1))
+            // Failing for good: moved out as the error says, the store opens without them.
+            failing.withLock { $0 = [files.segment(ids[0]), files.segment(newest)] }
+            try FileManager.default.moveItem(atPath: files.segment(ids[0]), toPath: dir + "/moved-first.pack")
+            try FileManager.default.moveItem(atPath: files.segment(newest), toPath: dir + "/moved-newest.pack")
+            let store = try open()
+            #expect(store.recoveryReport.missingSegments == [ids[0], newest])
+            try store.put(value(99), for: key(99))
+            #expect(try store.data(for: key(99)) == value(99))
+            try store.close()
         }
     }
 

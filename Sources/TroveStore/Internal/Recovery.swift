@@ -276,10 +276,17 @@ struct Recovery {
         let recorded = Set(try index.damage().map { "\($0.kind) \($0.segment) \($0.start)" })
 
         // 1. The segments the index names: only their headers and sizes are read.
+        let knownMax = rows.map(\.id).max() ?? 0
         for row in rows {
-            guard placement.headers[row.id] != nil,
-                let file = try? SegmentFile.open(id: row.id, in: packs, writable: !row.isSealed, faults: faults)
-            else {
+            var opened: SegmentFile?
+            if placement.headers[row.id] != nil {
+                do { opened = try SegmentFile.open(id: row.id, in: packs, writable: !row.isSealed, faults: faults) } catch {
+                    if let error = error as? PackError, error.code == .io, error.errno != ENOENT {
+                        throw Self.unreadable(PackFormat.fileName(forSegment: row.id), error)
+                    }
+                }
+            }
+            guard let file = opened else {
                 report.missingSegments.append(row.id)
                 let why = placement.unreadable[row.id].map { "is unreadable (\($0))" } ?? "is missing"
                 recordDamage(
@@ -305,7 +312,6 @@ struct Recovery {
 
         // 2. Segment files created after the index's last commit (rotation just before a
         //    crash): ids above every id the index names. Older unknown files are fsck's.
-        let knownMax = rows.map(\.id).max() ?? 0
         for id in placement.headers.keys.sorted() where !named.contains(id) && id > knownMax {
             let file = try SegmentFile.open(id: id, in: packs, writable: true, faults: faults)
             plan.newSegments.append((id, file.headerSize))
@@ -353,6 +359,13 @@ struct Recovery {
             // no hole after them, a torn tail the next opening reports (PreparedTail.start).
             let indexed = tail.from
             let holeStart = cutting ? try PreparedTail.start(tail.file, above: indexed) : nil
+            // The usual state a kill leaves: the records end where the index says, the rest of
+            // their block is zeros, the hole follows. No record starts at `indexed` then, and
+            // the segment is scanned from its header below — a damaged `indexed_bytes` in zeros
+            // ending a record must not cut it — but nothing past the index is written again:
+            // nothing is there (before, every opening after a kill rewrote and synced the whole
+            // newest segment).
+            let leftoverOnly = try PreparedTail.isLeftover(indexed, in: tail.file, cutAt: holeStart)
             if tail.from > tail.file.headerSize,
                 try !SegmentScanner.startsRecord(tail.file, at: tail.from, upTo: holeStart)
             {
@@ -361,9 +374,9 @@ struct Recovery {
             if synchronize && unsyncedTails == nil {
                 // A segment the index does not know yet is written from its first byte: its
                 // header may be in the page cache only too (rotation does not sync it).
-                let from = plan.newSegments.contains { $0.id == tail.id } ? 0 : tail.from
+                let from = plan.newSegments.contains { $0.id == tail.id } ? 0 : leftoverOnly ? indexed : tail.from
                 do {
-                    let size = try holeStart ?? tail.file.size()
+                    let size = leftoverOnly ? indexed : try holeStart ?? tail.file.size()
                     if size > from {
                         try tail.file.rewriteUnchanged(from..<size)
                         try tail.file.synchronize()
@@ -447,6 +460,22 @@ struct Recovery {
             writer = PackWriter(segment: file, end: file.headerSize, segmentSizeLimit: segmentLimit)
         }
         return (plan, writer)
+    }
+
+    /// Opening stops when a file of `packs/` is there but could not be read (an I/O error, which
+    /// may pass: `EIO`, `EMFILE`, …), rather than decide anything on the failed read. Taken for a
+    /// file without a valid header, a whole segment was set aside for another file (placement);
+    /// taken for a missing segment, the writes of a tail were never replayed and the numbers
+    /// they took handed out again. The next opening tries again; a file that is gone, or holds
+    /// no valid header, is damage, reported, and opening goes on without it.
+    static func unreadable(_ name: String, _ error: PackError) -> StoreError {
+        StoreError(
+            code: .io,
+            message: "packs/\(name) could not be read (\(error.message)); opening does not decide what a file holds "
+                + "on a failed read. Open the store again to retry; if the disk keeps failing there, move the file "
+                + "out of packs/: the store then opens without it, its entries reported missing until it is "
+                + "restored or `trove fsck --repair` drops them",
+            underlying: error)
     }
 
     // MARK: Rebuild (the index is lost, or being rebuilt)

@@ -47,11 +47,17 @@ struct SegmentPlacement {
                 try PackDirectory.remove(name, in: packs, faults: faults)
                 continue
             }
-            guard isFile, let header = SegmentFile.header(atPath: packs + "/" + name)
-            else {
+            // A header that could not be read (an I/O error, which may pass) decides nothing:
+            // taken for none, it would get a whole segment set aside, or taken for missing.
+            var header: SegmentHeader?
+            if isFile {
+                do { header = try SegmentFile.readHeader(atPath: packs + "/" + name, faults: faults) } catch {
+                    throw Recovery.unreadable(name, error)
+                }
+            }
+            guard let header else {
                 if stem == name {
-                    placement.unreadable[nameID] =
-                        PackDirectory.kind(of: name, in: packs) == "file" ? "no valid header" : "not a regular file"
+                    placement.unreadable[nameID] = isFile ? "no valid header" : "not a regular file"
                 } else {
                     let to = try PackDirectory.quarantine(name, suffix: "damaged", in: packs, faults: faults)
                     placement.setAside.append((name, to, "an unreadable file left by an interrupted rename"))
