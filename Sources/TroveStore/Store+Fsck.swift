@@ -137,8 +137,11 @@ struct FsckRun {
             do {
                 file = try store.segmentFile(id)
             } catch {
+                guard error.code == .missingSegment else { throw error }
                 // Missing, or no valid header: a version-2 segment's records can still be found
-                // with the store secret, bound as they are to this id and their offsets.
+                // with the store secret, bound as they are to this id and their offsets. (A
+                // read that failed — `.io`, thrown on — decides nothing: taken for an unreadable
+                // file, a repair would drop the entries of a segment that is whole.)
                 if fileIDs.contains(id), let salvageable = try? SegmentFile.openForSalvage(id: id, in: packs, format: format) {
                     salvage.insert(id)
                     try fold.fold(salvageable)

@@ -211,6 +211,34 @@ import TroveTestSupport
         }
     }
 
+    /// fsck, too, decides nothing on a failed read: a segment file it cannot open for an I/O
+    /// error (here `EMFILE`) fails the check with `.io`; a repair never drops the entries of a
+    /// segment that is whole.
+    @Test func fsckStopsOnASegmentItCannotOpen() async throws {
+        try await withTemporaryDirectory { dir in
+            let files = StoreFiles(root: dir)
+            try populate(dir, count: 30, segmentSize: 16 << 10)
+            let first = try #require(try files.segmentIDs().first)
+            let failing = Locked(false)
+            let injector = FaultInjector { op, path in
+                op == .open && path == files.segment(first) && failing.withLock { $0 } ? .error(EMFILE) : nil
+            }
+            let store = try openStore(dir, segmentSize: 16 << 10) { $0.faultInjector = injector }
+            failing.withLock { $0 = true }
+            for repair in [false, true] {
+                #expect {
+                    _ = try store.fsck(repair: repair)
+                } throws: { error in
+                    (error as? StoreError)?.code == .io
+                }
+            }
+            failing.withLock { $0 = false }
+            #expect(try store.fsck().isClean)
+            for i in 0..<30 { #expect(try store.data(for: key(i)) == value(i)) }
+            try store.close()
+        }
+    }
+
     @Test func aTruncatedSealedSegmentServesWhatIsLeftAndRepairDropsTheRest() async throws {
         try await withTemporaryDirectory { dir in
             let files = StoreFiles(root: dir)
