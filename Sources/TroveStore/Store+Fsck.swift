@@ -142,7 +142,18 @@ struct FsckRun {
                 // with the store secret, bound as they are to this id and their offsets. (A
                 // read that failed — `.io`, thrown on — decides nothing: taken for an unreadable
                 // file, a repair would drop the entries of a segment that is whole.)
-                if fileIDs.contains(id), let salvageable = try? SegmentFile.openForSalvage(id: id, in: packs, format: format) {
+                var salvageable: SegmentFile?
+                if fileIDs.contains(id) {
+                    do {
+                        salvageable = try SegmentFile.openForSalvage(
+                            id: id, in: packs, format: format, faults: store.configuration.faultInjector)
+                    } catch {
+                        if let error = error as? PackError, error.code == .io, error.errno != ENOENT {
+                            throw StoreError(pack: error)
+                        }
+                    }
+                }
+                if let salvageable {
                     salvage.insert(id)
                     try fold.fold(salvageable)
                     find(

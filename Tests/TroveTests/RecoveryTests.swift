@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 import TroveCore
-import TroveIndex
+@testable import TroveIndex
 import TrovePack
 import TroveStoreTestSupport
 import TroveTestSupport
@@ -235,6 +235,71 @@ import TroveTestSupport
             failing.withLock { $0 = false }
             #expect(try store.fsck().isClean)
             for i in 0..<30 { #expect(try store.data(for: key(i)) == value(i)) }
+            try store.close()
+        }
+    }
+
+    /// The same for a segment whose header is damaged, which fsck opens again to salvage its
+    /// records: a failed open of that stops the check too, rather than drop what it holds.
+    @Test func fsckStopsOnASegmentToSalvageItCannotOpen() async throws {
+        try await withTemporaryDirectory { dir in
+            let files = StoreFiles(root: dir)
+            try populate(dir, count: 30, segmentSize: 16 << 10)
+            let first = try #require(try files.segmentIDs().first)
+            try files.flip(files.segment(first), at: 9)
+            // Once armed, the second open of the file: fsck's to salvage it, after its first
+            // open found no valid header.
+            let failing = Locked<Int?>(nil)
+            let injector = FaultInjector { op, path in
+                guard op == .open, path == files.segment(first) else { return nil }
+                return failing.withLock { count in
+                    guard let n = count else { return false }
+                    count = n + 1
+                    return n == 1
+                } ? .error(EMFILE) : nil
+            }
+            let store = try openStore(dir, segmentSize: 16 << 10) { $0.faultInjector = injector }
+            #expect(store.recoveryReport.missingSegments == [first])
+            for repair in [false, true] {
+                failing.withLock { $0 = 0 }
+                #expect {
+                    _ = try store.fsck(repair: repair)
+                } throws: { error in
+                    (error as? StoreError)?.code == .io
+                }
+            }
+            failing.withLock { $0 = nil }
+            _ = try store.fsck(repair: true)
+            #expect(try store.fsck().isClean)
+            for i in 0..<30 { #expect(try store.data(for: key(i)) == value(i), "value \(i)") }
+            try store.close()
+        }
+    }
+
+    /// With the index's sequence counter lost, opening reads every segment for the numbers
+    /// taken: one it cannot read for an I/O error stops the opening (unread, its numbers could
+    /// be handed out again).
+    @Test func aLostCounterStopsOpeningOnASegmentItCannotRead() async throws {
+        try await withTemporaryDirectory { dir in
+            let files = StoreFiles(root: dir)
+            try populate(dir, count: 30, segmentSize: 16 << 10)
+            let first = try #require(try files.segmentIDs().first)
+            let index = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: false)
+            try index.connection.execute("DELETE FROM meta WHERE key LIKE 'sequence%'")
+            // The first read of the file is placement's of its header; the second, the count's.
+            let reads = Locked(0)
+            let injector = FaultInjector { op, path in
+                guard op == .read, path == files.segment(first) else { return nil }
+                return reads.withLock { $0 += 1; return $0 } == 2 ? .error(EIO) : nil
+            }
+            #expect {
+                _ = try openStore(dir, segmentSize: 16 << 10) { $0.faultInjector = injector }
+            } throws: { error in
+                (error as? StoreError)?.code == .io
+            }
+            let store = try openStore(dir, segmentSize: 16 << 10)
+            for i in 0..<30 { #expect(try store.data(for: key(i)) == value(i)) }
+            try store.put(value(30), for: key(30))
             try store.close()
         }
     }

@@ -111,9 +111,12 @@ struct Recovery {
             var fold = RecordFold()
             var unread = !placement.unreadable.isEmpty
             for id in placement.headers.keys.sorted() {
-                if let file = try? SegmentFile.open(id: id, in: packs, writable: false, faults: faults) {
-                    try fold.fold(file)
-                } else {
+                do {
+                    try fold.fold(try SegmentFile.open(id: id, in: packs, writable: false, faults: faults))
+                } catch let error as PackError where error.code == .io && error.errno != ENOENT {
+                    // Unread, its numbers could be handed out again.
+                    throw Self.unreadable(PackFormat.fileName(forSegment: id), error)
+                } catch {
                     unread = true
                 }
             }
