@@ -290,7 +290,9 @@ import TroveTestSupport
             let reads = Locked(0)
             let injector = FaultInjector { op, path in
                 guard op == .read, path == files.segment(first) else { return nil }
-                return reads.withLock { $0 += 1; return $0 } == 2 ? .error(EIO) : nil
+                return reads.withLock {
+                    $0 += 1; return $0
+                } == 2 ? .error(EIO) : nil
             }
             #expect {
                 _ = try openStore(dir, segmentSize: 16 << 10) { $0.faultInjector = injector }
