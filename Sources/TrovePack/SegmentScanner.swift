@@ -144,6 +144,37 @@ public enum SegmentScanner {
         }
     }
 
+    /// Whether records end exactly at `offset` of `file` (version 2): a record whose header
+    /// verifies starts within `window` bytes before it, and the records from there verify, one
+    /// after the other, up to `offset`. A version-2 header is bound to the store secret, the
+    /// segment and its offset, so no payload bytes pass for one: the answer is sound whatever
+    /// the bytes. The record magic is looked for backwards from `offset`, and at most
+    /// `candidates` places are tried; false when none does (or for version 1), which says
+    /// nothing: the caller scans from the header instead. The header's end counts (no record,
+    /// and none cut, before it).
+    public static func endsRecords(
+        _ file: SegmentFile, at offset: UInt64, window: UInt64 = 64 << 10, candidates: Int = 16
+    ) throws -> Bool {
+        guard file.format.version == 2, offset > file.headerSize else { return offset == file.headerSize }
+        let lower = max(file.headerSize, offset > window ? offset - window : 0)
+        let count = Int(offset - lower)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: count, alignment: 16)
+        defer { buffer.deallocate() }
+        guard try file.read(into: buffer, at: lower) == count else { return false }
+        let magic = PackFormat.recordMagicBytes
+        var tried = 0
+        var i = count - magic.count
+        while i >= 0 && tried < candidates {
+            defer { i -= 1 }
+            guard buffer[i] == magic[0], buffer[i + 1] == magic[1], buffer[i + 2] == magic[2], buffer[i + 3] == magic[3]
+            else { continue }
+            tried += 1
+            let report = try scan(file, from: lower + UInt64(i), upTo: offset, pastDamage: false) { _ in }
+            if report.damage.isEmpty && report.recordCount > 0 { return true }
+        }
+        return false
+    }
+
     // MARK: One record
 
     enum Outcome {

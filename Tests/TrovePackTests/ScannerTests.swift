@@ -41,6 +41,50 @@ import TroveTestSupport
         try handle.write(contentsOf: [byte ^ mask])
     }
 
+    /// `endsRecords(at:)` is true exactly at the ends of records, at every offset of a segment
+    /// whose payloads and key text hold copies of its own records and the record magic (what an
+    /// attacker who chose the bytes would put there), and false for a version-1 segment.
+    @Test func endsRecordsExactlyAtTheEndsOfRecords() async throws {
+        try await withTemporaryDirectory { dir in
+            let writer = try makeWriter(dir)
+            var offsets: [UInt64] = []
+            func put(_ i: Int, _ payload: [UInt8], url: String) throws {
+                let hash = ContentHash(hashing: payload)
+                offsets.append(try payload.withUnsafeBytes { try writer.appendBlob(hash: hash, id: UInt64(i), payload: $0) })
+                offsets.append(
+                    try writer.appendLink(
+                        LinkRecord(
+                            url: url, variant: "", blobHash: hash, blobLength: UInt64(payload.count), blobID: UInt64(i),
+                            sequence: UInt64(i), createdAt: 0)))
+            }
+            try put(1, testBytes(seed: 1, count: 700), url: "u1")
+            var own = [UInt8](repeating: 0, count: Int(writer.end - writer.segment.headerSize))
+            _ = try own.withUnsafeMutableBytes { try writer.segment.read(into: $0, at: writer.segment.headerSize) }
+            let magic = PackFormat.recordMagicBytes
+            let text = String(decoding: own.prefix(40).map { $0 & 0x7F | 0x20 }, as: UTF8.self)
+            try put(2, own + magic + own + magic + [0, 0, 0], url: "TRVR" + text)
+            try put(3, magic + magic + own.suffix(200) + magic, url: "u3TRVRTRVR")
+            offsets.append(try writer.appendTombstone(TombstoneRecord(url: "TRVR", variant: "", sequence: 9, removedAt: 0)))
+            let end = writer.end
+            // The header's end counts: no record, and none cut, before it.
+            let ends = Set(offsets.dropFirst() + [end, writer.segment.headerSize])
+            let file = writer.segment
+            var wrong: [UInt64] = []
+            for offset in file.headerSize...end where try SegmentScanner.endsRecords(file, at: offset) != ends.contains(offset) {
+                wrong.append(offset)
+            }
+            #expect(wrong.isEmpty, "wrong at \(wrong.prefix(20)) of \(file.headerSize)...\(end)")
+            // A window too short for the last record says no (the caller scans instead).
+            #expect(try !SegmentScanner.endsRecords(file, at: offsets[4], window: 16))
+            #expect(try SegmentScanner.endsRecords(file, at: offsets[4], window: offsets[4] - offsets[3]))
+
+            let v1 = try writeVersion1Segment(dir, id: 7, records: [(.blob, Array(repeating: 1, count: 60))])
+            let old = try SegmentFile.open(id: 7, in: dir, writable: false)
+            #expect(try !SegmentScanner.endsRecords(old, at: try old.size()))
+            _ = v1
+        }
+    }
+
     @Test func visitsEveryRecord() async throws {
         try await withTemporaryDirectory { dir in
             let written = try populate(dir)

@@ -54,7 +54,13 @@ enum SystemCall {
             throw ioError("open", path: path, errno: errno)
         }
         var st = stat()
-        let kind = fstat(fd, &st) == 0 ? st.st_mode & S_IFMT : 0
+        guard fstat(fd, &st) == 0 else {
+            // A failed call says nothing of what the file is (an I/O error, not "no segment").
+            let code = errno
+            close(fd)
+            throw ioError("fstat", path: path, errno: code)
+        }
+        let kind = st.st_mode & S_IFMT
         let wanted = flags & O_DIRECTORY != 0 ? S_IFDIR : S_IFREG
         guard kind == wanted else {
             close(fd)

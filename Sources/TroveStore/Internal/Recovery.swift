@@ -363,14 +363,15 @@ struct Recovery {
             let indexed = tail.from
             let holeStart = cutting ? try PreparedTail.start(tail.file, above: indexed) : nil
             // The usual state a kill leaves: the records end where the index says, the rest of
-            // their block is zeros, the hole follows. No record starts at `indexed` then, and
-            // the segment is scanned from its header below — a damaged `indexed_bytes` in zeros
-            // ending a record must not cut it — but nothing past the index is written again:
-            // nothing is there (before, every opening after a kill rewrote and synced the whole
-            // newest segment).
+            // their block is zeros, the hole follows. No record starts at `indexed` then; if
+            // records are found to end there (the last few, verified), nothing is past the
+            // index: nothing is scanned, written again or synced. Otherwise — a damaged
+            // `indexed_bytes` in zeros ending a record must not get it cut — the segment is
+            // scanned from its header, but only what is past the index is written again.
             let leftoverOnly = try PreparedTail.isLeftover(indexed, in: tail.file, cutAt: holeStart)
             if tail.from > tail.file.headerSize,
-                try !SegmentScanner.startsRecord(tail.file, at: tail.from, upTo: holeStart)
+                try !SegmentScanner.startsRecord(tail.file, at: tail.from, upTo: holeStart),
+                try !(leftoverOnly && SegmentScanner.endsRecords(tail.file, at: indexed))
             {
                 tail.from = tail.file.headerSize
             }
@@ -477,7 +478,8 @@ struct Recovery {
             message: "packs/\(name) could not be read (\(error.message)); opening does not decide what a file holds "
                 + "on a failed read. Open the store again to retry; if the disk keeps failing there, move the file "
                 + "out of packs/: the store then opens without it, its entries reported missing until it is "
-                + "restored or `trove fsck --repair` drops them",
+                + "restored or `trove fsck --repair` drops them (if it is the segment being written, the writes in "
+                + "it that were not yet indexed are given up for good)",
             underlying: error)
     }
 

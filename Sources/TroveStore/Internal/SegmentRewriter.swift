@@ -200,7 +200,7 @@ struct SegmentRewriter {
                 }
                 return .link(key, from: record.offset)
             }
-            if entry.key == key && entry.sequence > link.sequence && holdsItsLink(found, key: key) {
+            if entry.key == key, entry.sequence > link.sequence, try holdsItsLink(found, key: key) {
                 return nil  // superseded by the newer link the row points at
             }
             throw uncorroborated(
@@ -211,10 +211,12 @@ struct SegmentRewriter {
             // packs never brings a removed key back.
             let key = tombstone.key
             let found = try index.entry(digest: key.digest)
-            let superseded = found.map {
-                $0.entry.key == key && $0.entry.sequence > tombstone.sequence && holdsItsLink($0, key: key)
+            if let found, found.entry.key == key, found.entry.sequence > tombstone.sequence,
+                try holdsItsLink(found, key: key)
+            {
+                return nil
             }
-            return superseded == true ? nil : .tombstone
+            return .tombstone
         }
     }
 
@@ -237,11 +239,15 @@ struct SegmentRewriter {
     }
 
     /// Whether `found`'s row points at an intact link record that says what the row says.
-    private func holdsItsLink(_ found: IndexedEntry, key: CacheKey) -> Bool {
-        do throws(StoreError) {
+    ///
+    /// - Throws: `.io` when the link could not be read (which says nothing about it, and must
+    ///   not be recorded as the index's damage).
+    private func holdsItsLink(_ found: IndexedEntry, key: CacheKey) throws(StoreError) -> Bool {
+        do {
             try store.verifyLink(of: found, key: key)
             return true
         } catch {
+            if error.code == .io { throw error }
             return false
         }
     }
