@@ -34,7 +34,8 @@ struct SegmentPlacement {
         for name in names {
             let stem = name.hasSuffix(misplacedSuffix) ? String(name.dropLast(misplacedSuffix.count)) : name
             guard let nameID = PackFormat.segmentID(fromFileName: stem) else { continue }
-            let isFile = PackDirectory.kind(of: name, in: packs) == "file"
+            let kind = PackDirectory.kind(of: name, in: packs)
+            let isFile = kind == "file"
             if isFile, stem == name, nameID == newest, nameID > indexedMax,
                 let size = PackDirectory.size(of: name, in: packs), size < UInt64(PackFormat.segmentHeaderSize),
                 SegmentFile.header(atPath: packs + "/" + name) == nil,
@@ -49,8 +50,9 @@ struct SegmentPlacement {
             }
             // A header that could not be read (an I/O error, which may pass) decides nothing:
             // taken for none, it would get a whole segment set aside, or taken for missing.
+            // (A failed `lstat` says nothing either: the open below says why.)
             var header: SegmentHeader?
-            if isFile {
+            if isFile || kind == nil {
                 do { header = try SegmentFile.readHeader(atPath: packs + "/" + name, faults: faults) } catch {
                     throw Recovery.unreadable(name, error)
                 }
