@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// An error of the pack layer: I/O on a segment file, or a record that is not what it should be.
 ///
 /// `code` says what kind of failure it is; `message` names the segment file and offset and
@@ -53,4 +57,9 @@ public struct PackError: Error, Sendable, CustomStringConvertible {
     }
 
     public var description: String { "\(code): \(message)" }
+
+    /// Whether a system call failed on a file that is there (``Code/io``, any `errno` but
+    /// `ENOENT`): the failure says nothing about what the file holds, and may pass — no verdict
+    /// on the file (missing, not a segment, damaged) may rest on it.
+    public var isFailedAccess: Bool { code == .io && errno != ENOENT }
 }

@@ -178,7 +178,7 @@ public final class SegmentFile: Sendable {
         do {
             fd = try SystemCall.open(path, flags: O_RDONLY, faults: faults)
         } catch {
-            if error.code != .io || error.errno == ENOENT { return nil }
+            if !error.isFailedAccess { return nil }
             throw error
         }
         defer { SystemCall.close(fd) }

@@ -148,9 +148,7 @@ struct FsckRun {
                         salvageable = try SegmentFile.openForSalvage(
                             id: id, in: packs, format: format, faults: store.configuration.faultInjector)
                     } catch {
-                        if let error = error as? PackError, error.code == .io, error.errno != ENOENT {
-                            throw StoreError(pack: error)
-                        }
+                        if (error as? PackError)?.isFailedAccess == true { throw StoreError(pack: error) }
                     }
                 }
                 if let salvageable {

@@ -374,7 +374,7 @@ public final class Store: Sendable {
         let file: SegmentFile
         do {
             file = try SegmentFile.open(id: id, in: packsDirectory, writable: false, faults: configuration.faultInjector)
-        } catch let error as PackError where error.code == .notASegment || error.errno == ENOENT {
+        } catch let error as PackError where !error.isFailedAccess {
             throw StoreError(
                 code: .missingSegment,
                 message: "segment \(id) (\(PackDirectory.segmentPath(id, in: packsDirectory))) is "

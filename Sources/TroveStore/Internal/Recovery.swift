@@ -113,7 +113,7 @@ struct Recovery {
             for id in placement.headers.keys.sorted() {
                 do {
                     try fold.fold(try SegmentFile.open(id: id, in: packs, writable: false, faults: faults))
-                } catch let error as PackError where error.code == .io && error.errno != ENOENT {
+                } catch let error as PackError where error.isFailedAccess {
                     // Unread, its numbers could be handed out again.
                     throw Self.unreadable(PackFormat.fileName(forSegment: id), error)
                 } catch {
@@ -284,7 +284,7 @@ struct Recovery {
             var opened: SegmentFile?
             if placement.headers[row.id] != nil {
                 do { opened = try SegmentFile.open(id: row.id, in: packs, writable: !row.isSealed, faults: faults) } catch {
-                    if let error = error as? PackError, error.code == .io, error.errno != ENOENT {
+                    if let error = error as? PackError, error.isFailedAccess {
                         throw Self.unreadable(PackFormat.fileName(forSegment: row.id), error)
                     }
                 }
