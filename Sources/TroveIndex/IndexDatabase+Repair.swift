@@ -167,6 +167,13 @@ extension IndexDatabase {
         return out
     }
 
+    /// Forgets the recorded damage of `kind` in `segment`.
+    public func clearDamage(segment: UInt32, kind: String) throws(IndexError) {
+        try connection.statement("DELETE FROM damage WHERE segment = ? AND kind = ?").run([
+            .integer(Int64(segment)), .text(kind),
+        ])
+    }
+
     /// Forgets recorded damage: all of it, or that of `segment`.
     public func clearDamage(segment: UInt32? = nil) throws(IndexError) {
         if let segment {

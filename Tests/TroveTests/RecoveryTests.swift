@@ -133,11 +133,13 @@ import TroveTestSupport
                 #expect(found.findings.contains { $0.kind == .missingSegment && !$0.repaired })
                 try store.close()
             }
-            // Restored: everything is back.
+            // Restored: everything is back, and no longer reported.
             try FileManager.default.moveItem(atPath: saved, toPath: files.segment(2))
             do {
                 let store = try openStore(dir, segmentSize: 16 << 10)
                 #expect(store.recoveryReport.missingSegments.isEmpty)
+                #expect(try store.unrepairedDamage().isEmpty)
+                #expect(try store.fsck().isClean)
                 for i in 0..<30 { #expect(try store.data(for: key(i)) == value(i)) }
                 try store.close()
             }

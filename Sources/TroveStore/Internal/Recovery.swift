@@ -199,6 +199,8 @@ struct Recovery {
         var resolutions: [(digest: ContentHash, resolution: KeyResolution)] = []
         /// Damage to record, new since the index last recorded it.
         var damage: [DamageRow] = []
+        /// Segments recorded missing that are back (restored): their `missingSegment` rows go.
+        var restored: [UInt32] = []
         /// The store secret, when the index does not have it yet.
         var secret: PackSecret?
         /// The sequence counter the index had, and the one after replaying.
@@ -209,7 +211,8 @@ struct Recovery {
 
         var isEmpty: Bool {
             newSegments.isEmpty && indexedBytes.isEmpty && sealing.isEmpty && blobs.isEmpty && resolutions.isEmpty
-                && damage.isEmpty && secret == nil && nextSequence == committedSequence && !writesCounter
+                && damage.isEmpty && restored.isEmpty && secret == nil && nextSequence == committedSequence
+                && !writesCounter
         }
 
         /// What each key the plan resolves is, for the location map while the plan waits.
@@ -258,6 +261,7 @@ struct Recovery {
             }
             for id in sealing { try index.sealSegment(id) }
             for row in damage { try index.recordDamage(row) }
+            for id in restored { try index.clearDamage(segment: id, kind: FsckReport.Finding.Kind.missingSegment.rawValue) }
             if nextSequence != committedSequence || writesCounter { try index.setCommittedSequence(nextSequence) }
             return (replayed, dropped, supersede, changes)
         }
@@ -276,7 +280,10 @@ struct Recovery {
         var tails: [(id: UInt32, file: SegmentFile, from: UInt64)] = []
         var sealing: [UInt32] = []
         let named = Set(rows.map(\.id))
-        let recorded = Set(try index.damage().map { "\($0.kind) \($0.segment) \($0.start)" })
+        let recordedRows = try index.damage()
+        let recorded = Set(recordedRows.map { "\($0.kind) \($0.segment) \($0.start)" })
+        let recordedMissing = Set(
+            recordedRows.filter { $0.kind == FsckReport.Finding.Kind.missingSegment.rawValue }.map(\.segment))
 
         // 1. The segments the index names: only their headers and sizes are read.
         let knownMax = rows.map(\.id).max() ?? 0
@@ -310,6 +317,9 @@ struct Recovery {
                 if !row.isSealed { sealing.append(row.id) }
                 continue
             }
+            // Recorded missing, and whole again (restored): its entries are served, so it is
+            // no longer reported.
+            if recordedMissing.contains(row.id) { plan.restored.append(row.id) }
             if !row.isSealed { tails.append((row.id, file, row.indexedBytes)) }
         }
 
