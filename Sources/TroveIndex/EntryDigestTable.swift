@@ -32,14 +32,16 @@ public import TroveCore
 /// probe sequence.
 ///
 /// Memory: 16 bytes a slot, at most three quarters of the slots used: 21–43 bytes an entry
-/// (~3 MB for 100 000 entries, ~32 MB for a million), in one allocation that doubles as it grows;
-/// and a place (40 bytes) in a dictionary by row id: 48 bytes a bucket with its key, at most
-/// three quarters used, 64–128 bytes an entry that has a place (~100 MB for a million; ``byteCount``
-/// counts both).
+/// (~3 MB for 100 000 entries, ~32 MB for a million), in 64 tables that each double as they grow
+/// (``DigestShards``); and a place (40 bytes) in pages of 64 row ids (``PlaceTable``): ~41 bytes
+/// an entry that has a place where ids are dense, as a burst of puts leaves them (~42 MB for a
+/// million), up to ~130 where removals left one place a page. ``byteCount`` counts both.
+/// Neither grows all at once: growing one table of all the slots, or one dictionary of all the
+/// places, under the lock stalled every lookup for up to a second at 1.5 million entries.
 public final class EntryDigestTable: Sendable {
     private struct State {
-        var slots: DigestSlots
-        var places: [Int64: EntryPlace] = [:]
+        var slots: DigestShards
+        var places = PlaceTable()
         /// While places load (``beginPlaceLoad()``): the rows whose place the writer changed
         /// since, which the load, reading an older snapshot, must leave alone.
         var loading = false
@@ -58,7 +60,7 @@ public final class EntryDigestTable: Sendable {
 
     /// An empty table.
     public init() {
-        state = Locked(State(slots: DigestSlots(capacity: 16)))
+        state = Locked(State(slots: DigestShards()))
         seed = UInt64.random(in: 1...UInt64.max)
     }
 
@@ -92,10 +94,7 @@ public final class EntryDigestTable: Sendable {
     /// Bytes of the slot arrays and of the places dictionary's buckets (for the memory budget).
     public var byteCount: Int {
         state.withLock { state in
-            // A Swift dictionary holds its capacity in three quarters of a power-of-two bucket count.
-            let places = state.places.capacity
-            let buckets = places == 0 ? 0 : 1 << (Int.bitWidth - (places * 4 / 3).leadingZeroBitCount)
-            return state.slots.capacity * 16 + buckets * (8 + MemoryLayout<EntryPlace>.stride)
+            state.slots.capacity * 16 + state.places.byteCount
         }
     }
 
@@ -134,7 +133,7 @@ public final class EntryDigestTable: Sendable {
             let end = min(start + 256, ids.endIndex)
             state.withLock { state in
                 for id in ids[start..<end] {
-                    state.places.removeValue(forKey: id)
+                    state.places.remove(id)
                     state.changed(id)
                 }
             }
@@ -147,7 +146,7 @@ public final class EntryDigestTable: Sendable {
         guard !places.isEmpty else { return }
         state.withLock { state in
             for (id, place) in places {
-                state.places[id] = place
+                state.places.set(place, for: id)
                 state.changed(id)
             }
         }
@@ -158,7 +157,7 @@ public final class EntryDigestTable: Sendable {
         guard !times.isEmpty else { return }
         state.withLock { state in
             for (id, time) in times {
-                if state.places[id] != nil { state.places[id]!.accessedAt.raise(to: time) }
+                state.places.raiseReadTime(of: id, to: time)
                 if state.loading { state.readWhileLoading[id] = max(time, state.readWhileLoading[id] ?? time) }
             }
         }
@@ -183,10 +182,10 @@ public final class EntryDigestTable: Sendable {
     /// time committed since is raised into it.
     public func fillLoadedPlaces(_ batch: [(id: Int64, place: EntryPlace)]) {
         state.withLock { state in
-            for (id, place) in batch where !state.changedWhileLoading.contains(id) && state.places[id] == nil {
+            for (id, place) in batch where !state.changedWhileLoading.contains(id) && !state.places.contains(id) {
                 var place = place
                 if let read = state.readWhileLoading[id] { place.accessedAt.raise(to: read) }
-                state.places[id] = place
+                state.places.set(place, for: id)
             }
         }
     }
@@ -202,8 +201,7 @@ public final class EntryDigestTable: Sendable {
 
     /// Replaces the ids with `pairs` (a load), sized for them; places are loaded apart.
     func replace(with pairs: [(key: UInt64, id: Int64)]) {
-        var fresh = DigestSlots(capacity: DigestSlots.capacity(for: pairs.count))
-        for pair in pairs { fresh.insert(pair.key, id: pair.id) }
+        let fresh = DigestShards(loading: pairs)
         state.withLock { $0 = State(slots: fresh) }
     }
 
@@ -376,6 +374,44 @@ struct FingerprintBuilder {
 
 extension Int64 {
     fileprivate mutating func raise(to value: Int64) { if value > self { self = value } }
+}
+
+/// ``DigestSlots`` in 64 tables, chosen by a key's top six bits (a slot's home is its low bits).
+/// A table grows by doubling and moving every key it holds, under the digest table's lock; split
+/// in 64, a growth moves a 64th of the keys (~0.5 ms of a million instead of ~30), and the tables,
+/// filling at about the same pace, grow one insert at a time rather than all at once.
+struct DigestShards {
+    static let shardCount = 64
+    private var shards: [DigestSlots]
+
+    /// Empty tables of `capacity` slots each (a power of two).
+    init(capacity: Int = 16) {
+        shards = Array(repeating: DigestSlots(capacity: capacity), count: Self.shardCount)
+    }
+
+    /// Tables holding `pairs`, each sized for its share.
+    init(loading pairs: [(key: UInt64, id: Int64)]) {
+        var counts = [Int](repeating: 0, count: Self.shardCount)
+        for pair in pairs { counts[Self.shard(pair.key)] += 1 }
+        shards = counts.map { DigestSlots(capacity: DigestSlots.capacity(for: $0)) }
+        for pair in pairs { shards[Self.shard(pair.key)].insert(pair.key, id: pair.id) }
+    }
+
+    private static func shard(_ key: UInt64) -> Int { Int(truncatingIfNeeded: key >> 58) }
+
+    /// The number of pairs held.
+    var count: Int { shards.reduce(0) { $0 + $1.count } }
+
+    /// The slots of all the tables.
+    var capacity: Int { shards.reduce(0) { $0 + $1.capacity } }
+
+    func ids(for key: UInt64) -> [Int64] { shards[Self.shard(key)].ids(for: key) }
+
+    func contains(_ key: UInt64) -> Bool { shards[Self.shard(key)].contains(key) }
+
+    mutating func insert(_ key: UInt64, id: Int64) { shards[Self.shard(key)].insert(key, id: id) }
+
+    mutating func remove(_ key: UInt64, id: Int64) { shards[Self.shard(key)].remove(key, id: id) }
 }
 
 /// An open-addressing multimap from nonzero 64-bit keys to row ids: linear probing, deletion by

@@ -135,6 +135,38 @@ import TroveTestSupport
         #expect(hints.hintedIDs.isEmpty)
     }
 
+    /// The slots, split in 64 dictionaries by the prefix's top bits, against a model: random adds
+    /// (repeats and shared prefixes included) and forgets over prefixes spread across every
+    /// dictionary, each prefix's candidate, the count and the ids hinted.
+    @Test func slotsMatchAModelAcrossTheirDictionaries() {
+        var g = SeededGenerator(seed: 9)
+        var hints = DedupHints()
+        var model: [UInt64: [Int64]] = [:]  // per prefix, every id still held, in adding order
+        var added: [(id: Int64, hash: ContentHash)] = []
+        var nextID: Int64 = 1
+        for step in 0..<4_000 {
+            if g.next() % 4 == 0, !added.isEmpty {
+                let (id, hash) = added.remove(at: Int(g.next() % UInt64(added.count)))
+                hints.forget([(id, hash)])
+                model[hash.high]?.removeAll { $0 == id }
+            } else {
+                let prefix = (g.next() % 64) << 58 | g.next() % 40
+                let hash = ContentHash(high: prefix, low: g.next() % 3)
+                hints.add(hash, id: nextID)
+                model[prefix, default: []].append(nextID)
+                added.append((nextID, hash))
+                nextID += 1
+            }
+            if step % 500 == 499 {
+                for (prefix, ids) in model {
+                    #expect(hints.candidate(for: ContentHash(high: prefix, low: 0)) == ids.last, "step \(step)")
+                }
+            }
+        }
+        #expect(hints.count == model.values.reduce(0) { $0 + $1.count })
+        #expect(hints.hintedIDs == Set(model.values.joined()))
+    }
+
     /// A load that close() stops leaves the hints unloaded (a put loads them itself later), and
     /// reads no further batch.
     @Test func aStoppedLoadLeavesTheHintsUnloaded() async throws {
