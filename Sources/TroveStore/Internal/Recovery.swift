@@ -167,7 +167,7 @@ struct Recovery {
             // finds space (Store+Committing).
             deferred = plan
         }
-        if let deferred {
+        if deferred != nil {
             // Served from memory meanwhile (when the tails are not durable, until the store is
             // opened again: it refuses every commit).
             changes += plan.slots().map { key, slot in
