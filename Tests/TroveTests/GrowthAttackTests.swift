@@ -249,48 +249,6 @@ import TroveTestSupport
         }
     }
 
-    /// Resident memory (VmRSS growth) of places left by removals, the way the docs measured
-    /// "131 B at one id a page (the worst case)": pages thinned to 17 of 64, and pages that
-    /// held two and lost one.
-    @Test func placesResidentMemoryWhereRemovalsThinnedPages() throws {
-        func rss() -> Int {
-            let text = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
-            guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
-                let kb = line.split(separator: " ").dropFirst().first.flatMap({ Int($0) })
-            else { return 0 }
-            return kb * 1_024
-        }
-        let pages = Int64(16_384)
-        var results: [String: Double] = [:]
-        do {
-            let start = rss()
-            var table = PlaceTable()
-            for page in 0..<pages {
-                table.set(Self.place(1), for: page * 64)
-                table.set(Self.place(2), for: page * 64 + 1)
-            }
-            for page in 0..<pages { table.remove(page * 64 + 1) }
-            results["two then one"] = Double(rss() - start) / Double(table.count)
-            withExtendedLifetime(table) {}
-        }
-        do {
-            let start = rss()
-            var table = PlaceTable()
-            for page in 0..<pages / 4 {
-                for bit in Int64(0)..<64 { table.set(Self.place(UInt64(bit)), for: page * 64 + bit) }
-                for bit in Int64(17)..<64 { table.remove(page * 64 + bit) }
-            }
-            results["17 of 64"] = Double(rss() - start) / Double(table.count)
-            withExtendedLifetime(table) {}
-        }
-        print("attack25 places' resident bytes a place: \(results)")
-        // The second layout reuses what the first freed, so only the first is judged.
-        let twoThenOne = results["two then one"] ?? 0
-        withKnownIssue("Docs: 'up to ~130 bytes' a place where removals thinned pages; resident: \(results)") {
-            #expect(twoThenOne <= 140, "two then one: \(twoThenOne) resident bytes a place")
-        }
-    }
-
     // MARK: DigestShards
 
     /// Keys at the shards' edges (top six bits 0 and 63, UInt64.max, 1) and keys of every shard
@@ -411,6 +369,53 @@ import TroveTestSupport
         }
         print("attack25 slot growths: \(growths), largest \(largest) slots, capacity \(shards.capacity)")
         #expect(growths >= 64 * 5)
+    }
+
+    /// Readers racing a writer that grows the table to 100 000 ids with places (every shard
+    /// doubling several times, ~4 700 pages): a digest whose insert returned is always a
+    /// candidate, and its place, once set, is the one set — never another row's.
+    @Test func readersNeverMissAnIDWhileTheShardsGrow() {
+        let table = EntryDigestTable()
+        let total = runningUnderThreadSanitizer ? 10_000 : 100_000
+        // Not high = low × 0x9E37…: the table's key mixes high ^ low × 0x9E37_79B9_7F4A_7C15, so
+        // such digests would all share one key.
+        @Sendable func digest(_ i: Int) -> ContentHash {
+            ContentHash(high: UInt64(i) &* 0xD6E8_FEB8_6659_FD93 ^ 0x5555, low: UInt64(i) &+ 7)
+        }
+        let published = Locked(0)
+        let stop = Locked(false)
+        let misses = Locked<[String]>([])
+        let group = DispatchGroup()
+        for r in 0..<2 {
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                var g = SeededGenerator(seed: UInt64(r) + 40)
+                while !stop.withLock({ $0 }) {
+                    let count = published.withLock { $0 }
+                    guard count > 0 else { continue }
+                    let i = Int(g.next() % UInt64(count))
+                    let id = Int64(i) * 3 - 200_000
+                    if !table.candidates(digest(i)).contains(id) {
+                        misses.withLock { $0.append("digest \(i): id \(id) missing") }
+                    }
+                    for (found, place) in table.placedCandidates(digest(i)) where place != Self.place(UInt64(found + 300_000)) {
+                        misses.withLock { $0.append("digest \(i): row \(found) has another row's place") }
+                    }
+                }
+            }
+        }
+        for i in 0..<total {
+            let id = Int64(i) * 3 - 200_000
+            table.insert(digest(i), id: id)
+            table.setPlaces([id: Self.place(UInt64(id + 300_000))])
+            published.withLock { $0 = i + 1 }
+        }
+        stop.withLock { $0 = true }
+        group.wait()
+        #expect(table.count == total && table.placeCount == total)
+        let found = misses.withLock { $0 }
+        #expect(found.isEmpty, "\(found.count) misses, first \(found.prefix(5))")
     }
 
     /// The slots' memory as documented: "16 bytes a slot, at most three quarters full: 21–43
