@@ -27,15 +27,16 @@ public import TroveCore
 /// stale when it moved a blob still names intact records of that write (or a segment that is
 /// gone, and the read falls back).
 ///
-/// The key is both digest words mixed with a seed chosen per table, so keys that share a
-/// digest word — which XXH3, not a cryptographic hash, lets an attacker make — do not share a
-/// probe sequence.
+/// The key is both digest words mixed with a seed chosen per table — the seed into the first
+/// word before the second joins — so digests that share a word, or any relation between their
+/// words that an attacker could aim for (XXH3 is not a cryptographic hash), do not share a probe
+/// sequence in every table.
 ///
 /// Memory: 16 bytes a slot, at most three quarters of the slots used: 21–43 bytes an entry
 /// (~3 MB for 100 000 entries, ~32 MB for a million), in 64 tables that each double as they grow
 /// (``DigestShards``); and a place (40 bytes) in pages of 64 row ids (``PlaceTable``): ~41 bytes
 /// an entry that has a place where ids are dense, as a burst of puts leaves them (~42 MB for a
-/// million), up to ~130 where removals left one place a page. ``byteCount`` counts both.
+/// million), up to ~140 where removals thinned a page out. ``byteCount`` counts both.
 /// Neither grows all at once: growing one table of all the slots, or one dictionary of all the
 /// places, under the lock stalled every lookup for up to a second at 1.5 million entries.
 public final class EntryDigestTable: Sendable {
@@ -206,15 +207,25 @@ public final class EntryDigestTable: Sendable {
     }
 
     func key(of digest: ContentHash) -> UInt64 {
-        // A 64-bit finalizer (MurmurHash3's) over both words and the seed.
-        var x = digest.high ^ (digest.low &* 0x9E37_79B9_7F4A_7C15) ^ seed
+        // The high word is mixed with the seed before the low word joins, then both again: which
+        // digests share a key depends on the seed. (Until 2026-12-02 the words were combined
+        // first, `high ^ low × constant`, and the seed XORed in after, so digests that agreed in
+        // that combination shared a key in every table, whatever its seed: an outside review
+        // found a set of them piling into one probe run, each lookup walking all of them.)
+        let x = Self.mix(Self.mix(digest.high ^ seed) ^ digest.low)
+        // 0 marks an empty slot.
+        return x == 0 ? 1 : x
+    }
+
+    /// MurmurHash3's 64-bit finalizer: a bijection whose every output bit depends on every input bit.
+    private static func mix(_ value: UInt64) -> UInt64 {
+        var x = value
         x ^= x >> 33
         x &*= 0xFF51_AFD7_ED55_8CCD
         x ^= x >> 33
         x &*= 0xC4CE_B9FE_1A85_EC53
         x ^= x >> 33
-        // 0 marks an empty slot.
-        return x == 0 ? 1 : x
+        return x
     }
 }
 

@@ -2,9 +2,9 @@
 ///
 /// Row ids are given in write order (one above the largest), so the places of a burst of puts
 /// fill one page after another: a page holds its places in id order, packed, with a bit a
-/// present id. A dense page costs ~41 bytes a place; a page that removals left with one place
-/// costs ~100 (its dictionary bucket, its array's header and the place), about what a hash table
-/// of places by id costs for every place. The dictionary of pages holds a 64th of the keys a
+/// present id. A dense page costs ~41 bytes a place; a page that removals thinned out at most
+/// ~140 (its dictionary bucket, its array's header and at most twice its places' room), about
+/// what a hash table of places by id costs for every place. The dictionary of pages holds a 64th of the keys a
 /// dictionary of places would, so its growth — a rehash of every key, under the digest table's
 /// lock — copies a 64th as much; a page grows by at most 64 places.
 struct PlaceTable {
@@ -64,9 +64,13 @@ struct PlaceTable {
         let emptied = modify(page: key) { page in
             page.places.remove(at: page.position(bit))
             page.present &= ~(1 << bit)
-            // An array keeps its capacity as it empties: a page that removals thin out gives
-            // back what a quarter of its places does not use (a page once full costs 2.5 KB).
-            if page.places.capacity > 1, page.places.count * 4 <= page.places.capacity {
+            // An array keeps its capacity as it empties (a page once full holds 2.5 KB): one
+            // that removals leave under half used is refitted, and so is one left with a single
+            // place. Under half, not at half: an array grown by one insert (doubled) and then
+            // losing that place again is not refitted, so a place coming and going at that edge
+            // does not copy the page each time.
+            let (count, capacity) = (page.places.count, page.places.capacity)
+            if count * 2 < capacity || (count == 1 && capacity > 1) {
                 var fitted: [EntryPlace] = []
                 fitted.reserveCapacity(page.places.count)
                 fitted.append(contentsOf: page.places)
@@ -94,10 +98,14 @@ struct PlaceTable {
 
     /// Bytes of the pages' dictionary buckets and of their arrays (for the memory budget).
     var byteCount: Int {
-        // A Swift dictionary holds its capacity in three quarters of a power-of-two bucket count;
-        // an array's storage has a 32-byte header.
-        let capacity = pages.capacity
-        let buckets = capacity == 0 ? 0 : 1 << (Int.bitWidth - (capacity * 4 / 3).leadingZeroBitCount)
+        // A Swift dictionary's capacity is three quarters of its power-of-two bucket count (an
+        // outside review found the count taken twice over before); an array's storage has a
+        // 32-byte header.
+        var buckets = 0
+        if pages.capacity > 0 {
+            buckets = 1
+            while buckets * 3 / 4 < pages.capacity { buckets <<= 1 }
+        }
         let arrays = pages.values.reduce(0) { $0 + 32 + $1.places.capacity * MemoryLayout<EntryPlace>.stride }
         return buckets * (MemoryLayout<Int64>.stride + MemoryLayout<Page>.stride) + arrays
     }
