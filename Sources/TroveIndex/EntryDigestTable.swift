@@ -388,16 +388,17 @@ extension Int64 {
 }
 
 /// ``DigestSlots`` in 64 tables, chosen by a key's top six bits (a slot's home is its low bits).
-/// A table grows by doubling and moving every key it holds, under the digest table's lock; split
-/// in 64, a growth moves a 64th of the keys (~0.5 ms of a million instead of ~30), and the tables,
+/// A table grows by doubling and moving every key it holds, under the digest table's lock (as one
+/// table, the growth at 1.57 million keys held a commit cycle for ~150 ms: Benchmarks.md,
+/// "nothing grows all at once"). Split in 64, a growth moves a 64th of the keys, and the tables,
 /// filling at about the same pace, grow one insert at a time rather than all at once.
 struct DigestShards {
     static let shardCount = 64
     private var shards: [DigestSlots]
 
-    /// Empty tables of `capacity` slots each (a power of two).
-    init(capacity: Int = 16) {
-        shards = Array(repeating: DigestSlots(capacity: capacity), count: Self.shardCount)
+    /// Empty tables.
+    init() {
+        shards = Array(repeating: DigestSlots(capacity: 16), count: Self.shardCount)
     }
 
     /// Tables holding `pairs`, each sized for its share.

@@ -4,9 +4,9 @@
 /// fill one page after another: a page holds its places in id order, packed, with a bit a
 /// present id. A dense page costs ~41 bytes a place; a page that removals thinned out at most
 /// ~140 (its dictionary bucket, its array's header and at most twice its places' room), about
-/// what a hash table of places by id costs for every place. The dictionary of pages holds a 64th of the keys a
-/// dictionary of places would, so its growth — a rehash of every key, under the digest table's
-/// lock — copies a 64th as much; a page grows by at most 64 places.
+/// what a hash table of places by id costs for every place. The dictionary of pages holds a 64th
+/// of the keys a dictionary of places would, so its growth — a rehash of every key, under the
+/// digest table's lock — copies a 64th as much; a page grows by at most 64 places.
 struct PlaceTable {
     private struct Page {
         /// Bit `i`: id `page × 64 + i` has a place.
@@ -60,7 +60,7 @@ struct PlaceTable {
     @discardableResult
     mutating func remove(_ id: Int64) -> Bool {
         let (key, bit) = Self.locate(id)
-        guard pages[key].map({ $0.present & (1 << bit) != 0 }) == true else { return false }
+        guard contains(id) else { return false }
         let emptied = modify(page: key) { page in
             page.places.remove(at: page.position(bit))
             page.present &= ~(1 << bit)
@@ -86,7 +86,7 @@ struct PlaceTable {
     /// Raises the read time of row `id`'s place, if it has one, to `time`.
     mutating func raiseReadTime(of id: Int64, to time: Int64) {
         let (key, bit) = Self.locate(id)
-        guard pages[key].map({ $0.present & (1 << bit) != 0 }) == true else { return }
+        guard contains(id) else { return }
         modify(page: key) { page in
             let position = page.position(bit)
             if page.places[position].accessedAt < time { page.places[position].accessedAt = time }
