@@ -373,48 +373,51 @@ import TroveTestSupport
     /// Readers racing a writer that grows the table to 100 000 ids with places (every shard
     /// doubling several times, ~4 700 pages): a digest whose insert returned is always a
     /// candidate, and its place, once set, is the one set — never another row's.
-    @Test func readersNeverMissAnIDWhileTheShardsGrow() {
-        let table = EntryDigestTable()
-        let total = runningUnderThreadSanitizer ? 10_000 : 100_000
-        // (The review's first version used high = low × 0x9E37_79B9_7F4A_7C15, which the
-        // table's key then mapped to one key for every digest: digestsRelatedByTheOldMixShareNoKey.)
-        @Sendable func digest(_ i: Int) -> ContentHash {
-            ContentHash(high: UInt64(i) &* 0xD6E8_FEB8_6659_FD93 ^ 0x5555, low: UInt64(i) &+ 7)
-        }
-        let published = Locked(0)
-        let stop = Locked(false)
-        let misses = Locked<[String]>([])
-        let group = DispatchGroup()
-        for r in 0..<2 {
-            group.enter()
-            Thread.detachNewThread {
-                defer { group.leave() }
-                var g = SeededGenerator(seed: UInt64(r) + 40)
-                while !stop.withLock({ $0 }) {
-                    let count = published.withLock { $0 }
-                    guard count > 0 else { continue }
-                    let i = Int(g.next() % UInt64(count))
-                    let id = Int64(i) * 3 - 200_000
-                    if !table.candidates(digest(i)).contains(id) {
-                        misses.withLock { $0.append("digest \(i): id \(id) missing") }
-                    }
-                    for (found, place) in table.placedCandidates(digest(i)) where place != Self.place(UInt64(found + 300_000)) {
-                        misses.withLock { $0.append("digest \(i): row \(found) has another row's place") }
+    @Test func readersNeverMissAnIDWhileTheShardsGrow() async throws {
+        try await offPool {
+            let table = EntryDigestTable()
+            let total = runningUnderThreadSanitizer ? 10_000 : 100_000
+            // (The review's first version used high = low × 0x9E37_79B9_7F4A_7C15, which the
+            // table's key then mapped to one key for every digest: digestsRelatedByTheOldMixShareNoKey.)
+            @Sendable func digest(_ i: Int) -> ContentHash {
+                ContentHash(high: UInt64(i) &* 0xD6E8_FEB8_6659_FD93 ^ 0x5555, low: UInt64(i) &+ 7)
+            }
+            let published = Locked(0)
+            let stop = Locked(false)
+            let misses = Locked<[String]>([])
+            let group = DispatchGroup()
+            for r in 0..<2 {
+                group.enter()
+                Thread.detachNewThread {
+                    defer { group.leave() }
+                    var g = SeededGenerator(seed: UInt64(r) + 40)
+                    while !stop.withLock({ $0 }) {
+                        let count = published.withLock { $0 }
+                        guard count > 0 else { continue }
+                        let i = Int(g.next() % UInt64(count))
+                        let id = Int64(i) * 3 - 200_000
+                        if !table.candidates(digest(i)).contains(id) {
+                            misses.withLock { $0.append("digest \(i): id \(id) missing") }
+                        }
+                        for (found, place) in table.placedCandidates(digest(i)) where place != Self.place(UInt64(found + 300_000))
+                        {
+                            misses.withLock { $0.append("digest \(i): row \(found) has another row's place") }
+                        }
                     }
                 }
             }
+            for i in 0..<total {
+                let id = Int64(i) * 3 - 200_000
+                table.insert(digest(i), id: id)
+                table.setPlaces([id: Self.place(UInt64(id + 300_000))])
+                published.withLock { $0 = i + 1 }
+            }
+            stop.withLock { $0 = true }
+            group.wait()
+            #expect(table.count == total && table.placeCount == total)
+            let found = misses.withLock { $0 }
+            #expect(found.isEmpty, "\(found.count) misses, first \(found.prefix(5))")
         }
-        for i in 0..<total {
-            let id = Int64(i) * 3 - 200_000
-            table.insert(digest(i), id: id)
-            table.setPlaces([id: Self.place(UInt64(id + 300_000))])
-            published.withLock { $0 = i + 1 }
-        }
-        stop.withLock { $0 = true }
-        group.wait()
-        #expect(table.count == total && table.placeCount == total)
-        let found = misses.withLock { $0 }
-        #expect(found.isEmpty, "\(found.count) misses, first \(found.prefix(5))")
     }
 
     /// The slots' memory as documented: "16 bytes a slot, at most three quarters full: 21–43
@@ -444,78 +447,80 @@ import TroveTestSupport
     /// forgetting the candidates hands each slot to the next newest.
     @Test func aLoadMergesWithHintsAddedMeanwhile() async throws {
         try await withTemporaryDirectory { dir in
-            let store = try openStore(dir) { $0.compactionInterval = nil }
-            for i in 0..<9_000 { try store.put(Data(testBytes(seed: UInt64(i) &+ 7, count: 24)), for: key(i)) }
-            try store.flush()
-            let index = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: true)
-            var stored: [(id: Int64, hash: ContentHash)] = []
-            var after = Int64.min
-            while case (let batch, let last?) = try index.blobHashes(after: after, limit: 1_000) {
-                stored += batch
-                after = last
-            }
-            #expect(stored.count == 9_000)
-            var model: [UInt64: Set<Int64>] = [:]
-            for (id, hash) in stored { model[hash.high, default: []].insert(id) }
-            var hints = DedupHints()
-            var g = SeededGenerator(seed: 8)
-            var added: [(id: Int64, hash: ContentHash)] = []
-            func add(_ hash: ContentHash, _ id: Int64) {
-                hints.add(hash, id: id)
-                model[hash.high, default: []].insert(id)
-                added.append((id, hash))
-            }
-            // Newer copies of stored contents, ids the index also has (a put's own blob), and
-            // new prefixes at both shard edges.
-            for n in 0..<300 {
-                let (id, hash) = stored[Int(g.next() % UInt64(stored.count))]
-                switch n % 4 {
-                case 0: add(hash, 1_000_000 + Int64(n))
-                case 1: add(hash, id)
-                case 2: add(ContentHash(high: hash.high, low: hash.low ^ 1), 2_000_000 + Int64(n))
-                default:
-                    let edge: UInt64 = n % 8 == 3 ? 0 : 63 << 58
-                    add(ContentHash(high: edge | UInt64(n), low: 9), 3_000_000 + Int64(n))
+            try await offPool {
+                let store = try openStore(dir) { $0.compactionInterval = nil }
+                for i in 0..<9_000 { try store.put(Data(testBytes(seed: UInt64(i) &+ 7, count: 24)), for: key(i)) }
+                try store.flush()
+                let index = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: true)
+                var stored: [(id: Int64, hash: ContentHash)] = []
+                var after = Int64.min
+                while case (let batch, let last?) = try index.blobHashes(after: after, limit: 1_000) {
+                    stored += batch
+                    after = last
                 }
-            }
-            add(ContentHash(high: 0, low: 0), 4_000_000)
-            add(ContentHash(high: .max, low: 0), 4_000_001)
-            try hints.load(from: index)
-            #expect(hints.isLoaded)
-            func check(_ context: String) {
-                for (prefix, ids) in model {
-                    #expect(hints.candidate(for: ContentHash(high: prefix, low: 0)) == ids.max(), "\(context): \(prefix)")
+                #expect(stored.count == 9_000)
+                var model: [UInt64: Set<Int64>] = [:]
+                for (id, hash) in stored { model[hash.high, default: []].insert(id) }
+                var hints = DedupHints()
+                var g = SeededGenerator(seed: 8)
+                var added: [(id: Int64, hash: ContentHash)] = []
+                func add(_ hash: ContentHash, _ id: Int64) {
+                    hints.add(hash, id: id)
+                    model[hash.high, default: []].insert(id)
+                    added.append((id, hash))
                 }
-                #expect(hints.count == model.values.reduce(0) { $0 + $1.count }, "\(context)")
-                #expect(hints.hintedIDs == Set(model.values.joined()), "\(context)")
+                // Newer copies of stored contents, ids the index also has (a put's own blob), and
+                // new prefixes at both shard edges.
+                for n in 0..<300 {
+                    let (id, hash) = stored[Int(g.next() % UInt64(stored.count))]
+                    switch n % 4 {
+                    case 0: add(hash, 1_000_000 + Int64(n))
+                    case 1: add(hash, id)
+                    case 2: add(ContentHash(high: hash.high, low: hash.low ^ 1), 2_000_000 + Int64(n))
+                    default:
+                        let edge: UInt64 = n % 8 == 3 ? 0 : 63 << 58
+                        add(ContentHash(high: edge | UInt64(n), low: 9), 3_000_000 + Int64(n))
+                    }
+                }
+                add(ContentHash(high: 0, low: 0), 4_000_000)
+                add(ContentHash(high: .max, low: 0), 4_000_001)
+                try hints.load(from: index)
+                #expect(hints.isLoaded)
+                func check(_ context: String) {
+                    for (prefix, ids) in model {
+                        #expect(hints.candidate(for: ContentHash(high: prefix, low: 0)) == ids.max(), "\(context): \(prefix)")
+                    }
+                    #expect(hints.count == model.values.reduce(0) { $0 + $1.count }, "\(context)")
+                    #expect(hints.hintedIDs == Set(model.values.joined()), "\(context)")
+                }
+                check("merged")
+                // A pass deletes the newest blob of every prefix that has more than one.
+                var deleted: [(id: Int64, hash: ContentHash)] = []
+                for (prefix, ids) in model where ids.count > 1 {
+                    let newest = ids.max()!
+                    deleted.append((newest, ContentHash(high: prefix, low: 0)))
+                    model[prefix]!.remove(newest)
+                }
+                #expect(!deleted.isEmpty)
+                hints.forget(deleted)
+                check("after forgetting the newest")
+                // A load over an empty table gives the index alone.
+                var fresh = DedupHints()
+                try fresh.load(from: index)
+                #expect(fresh.count == 9_000)
+                for (id, hash) in stored.suffix(100) { #expect(fresh.candidate(for: hash) == id) }
+                // A load stopped after a batch leaves hints added before it as they were.
+                var stopped = DedupHints()
+                stopped.add(ContentHash(high: 63 << 58, low: 1), id: 77)
+                var asked = 0
+                try stopped.load(from: index) {
+                    asked += 1
+                    return asked > 1
+                }
+                #expect(!stopped.isLoaded && stopped.count == 1)
+                #expect(stopped.candidate(for: ContentHash(high: 63 << 58, low: 5)) == 77)
+                try store.close()
             }
-            check("merged")
-            // A pass deletes the newest blob of every prefix that has more than one.
-            var deleted: [(id: Int64, hash: ContentHash)] = []
-            for (prefix, ids) in model where ids.count > 1 {
-                let newest = ids.max()!
-                deleted.append((newest, ContentHash(high: prefix, low: 0)))
-                model[prefix]!.remove(newest)
-            }
-            #expect(!deleted.isEmpty)
-            hints.forget(deleted)
-            check("after forgetting the newest")
-            // A load over an empty table gives the index alone.
-            var fresh = DedupHints()
-            try fresh.load(from: index)
-            #expect(fresh.count == 9_000)
-            for (id, hash) in stored.suffix(100) { #expect(fresh.candidate(for: hash) == id) }
-            // A load stopped after a batch leaves hints added before it as they were.
-            var stopped = DedupHints()
-            stopped.add(ContentHash(high: 63 << 58, low: 1), id: 77)
-            var asked = 0
-            try stopped.load(from: index) {
-                asked += 1
-                return asked > 1
-            }
-            #expect(!stopped.isLoaded && stopped.count == 1)
-            #expect(stopped.candidate(for: ContentHash(high: 63 << 58, low: 5)) == 77)
-            try store.close()
         }
     }
 
@@ -524,37 +529,39 @@ import TroveTestSupport
     /// reopen (hints loading again), and equal contents are stored once.
     @Test func contentsAtTheHintShardEdgesAreServedAndDeduplicated() async throws {
         try await withTemporaryDirectory { dir in
-            func open() throws -> Store {
-                try openStore(dir) {
-                    $0.compactionInterval = nil
-                    $0.contentHasher = { bytes in
-                        let full = XXH3.hash128(bytes)
-                        // Prefixes in shard 0 or 63 (distinct: contents sharing a prefix cost a
-                        // missed dedup, as documented, which DedupHintsTests covers).
-                        let edge: UInt64 = full.high & 1 == 0 ? 0 : 63 << 58
-                        return ContentHash(high: edge | full.high >> 20, low: full.low)
+            try await offPool {
+                func open() throws -> Store {
+                    try openStore(dir) {
+                        $0.compactionInterval = nil
+                        $0.contentHasher = { bytes in
+                            let full = XXH3.hash128(bytes)
+                            // Prefixes in shard 0 or 63 (distinct: contents sharing a prefix cost a
+                            // missed dedup, as documented, which DedupHintsTests covers).
+                            let edge: UInt64 = full.high & 1 == 0 ? 0 : 63 << 58
+                            return ContentHash(high: edge | full.high >> 20, low: full.low)
+                        }
                     }
                 }
+                func content(_ i: Int) -> Data { Data(testBytes(seed: UInt64(i) &* 31 &+ 1, count: 40 + i % 50)) }
+                var store = try open()
+                for i in 0..<1_200 { try store.put(content(i), for: key(i)) }
+                // The same contents again under other keys: all deduplicate.
+                for i in 0..<1_200 { try store.put(content(i), for: key(i + 10_000)) }
+                try store.flush()
+                #expect(try store.statistics().blobs == 1_200)
+                for i in 0..<1_200 {
+                    #expect(try store.data(for: key(i)) == content(i))
+                    #expect(try store.data(for: key(i + 10_000)) == content(i))
+                }
+                try store.close()
+                store = try open()
+                for i in 0..<1_200 { try store.put(content(i), for: key(i + 20_000)) }
+                try store.flush()
+                #expect(try store.statistics().blobs == 1_200)
+                for i in 0..<1_200 { #expect(try store.data(for: key(i + 20_000)) == content(i)) }
+                #expect(try store.fsck().isClean)
+                try store.close()
             }
-            func content(_ i: Int) -> Data { Data(testBytes(seed: UInt64(i) &* 31 &+ 1, count: 40 + i % 50)) }
-            var store = try open()
-            for i in 0..<1_200 { try store.put(content(i), for: key(i)) }
-            // The same contents again under other keys: all deduplicate.
-            for i in 0..<1_200 { try store.put(content(i), for: key(i + 10_000)) }
-            try store.flush()
-            #expect(try store.statistics().blobs == 1_200)
-            for i in 0..<1_200 {
-                #expect(try store.data(for: key(i)) == content(i))
-                #expect(try store.data(for: key(i + 10_000)) == content(i))
-            }
-            try store.close()
-            store = try open()
-            for i in 0..<1_200 { try store.put(content(i), for: key(i + 20_000)) }
-            try store.flush()
-            #expect(try store.statistics().blobs == 1_200)
-            for i in 0..<1_200 { #expect(try store.data(for: key(i + 20_000)) == content(i)) }
-            #expect(try store.fsck().isClean)
-            try store.close()
         }
     }
 
@@ -707,45 +714,47 @@ import TroveTestSupport
     /// (places and hints loading in the background) and more growth racing the loads.
     @Test func aStoreGrowingWhileReadersCheckEveryByte() async throws {
         try await withTemporaryDirectory { dir in
-            func open() throws -> Store {
-                try openStore(dir, segmentSize: 1 << 20) {
-                    $0.compactionInterval = nil
-                    $0.locationCacheLimit = 0
+            try await offPool {
+                func open() throws -> Store {
+                    try openStore(dir, segmentSize: 1 << 20) {
+                        $0.compactionInterval = nil
+                        $0.locationCacheLimit = 0
+                    }
                 }
-            }
-            let scale = runningUnderThreadSanitizer ? 10 : 1
-            let model = Locked(Steps())
-            var store = try open()
-            let first = Self.grow(
-                store, model, newKeys: 40_000 / scale, readers: 2, seed: 1, firstGen: 1, compactEvery: 9_000 / scale)
-            print(
-                "attack25 growth: reads \(first.reads), through places \(store.readsThroughPlaces), entries \(store.entryDigests.count), places \(store.entryDigests.placeCount)"
-            )
-            #expect(first.violations.isEmpty, "\(first.violations.count) violations, first \(first.violations.prefix(5))")
-            try Self.expectFinalState(store, model, "after growing")
-            try store.close()
-            for round in 0..<2 {
-                store = try open()
-                let placesAtOpen = store.entryDigests.placeCount
-                let again = Self.grow(
-                    store, model, newKeys: 8_000 / scale, readers: 2, seed: 100 + UInt64(round),
-                    firstGen: first.nextGen + 1_000_000 * UInt64(round + 1),
-                    compactEvery: 3_000 / scale)
+                let scale = runningUnderThreadSanitizer ? 10 : 1
+                let model = Locked(Steps())
+                var store = try open()
+                let first = Self.grow(
+                    store, model, newKeys: 40_000 / scale, readers: 2, seed: 1, firstGen: 1, compactEvery: 9_000 / scale)
                 print(
-                    "attack25 growth after reopen \(round): places at open \(placesAtOpen), reads \(again.reads), through places \(store.readsThroughPlaces), places \(store.entryDigests.placeCount)"
+                    "attack25 growth: reads \(first.reads), through places \(store.readsThroughPlaces), entries \(store.entryDigests.count), places \(store.entryDigests.placeCount)"
                 )
-                #expect(
-                    again.violations.isEmpty,
-                    "round \(round): \(again.violations.count) violations, first \(again.violations.prefix(5))")
+                #expect(first.violations.isEmpty, "\(first.violations.count) violations, first \(first.violations.prefix(5))")
+                try Self.expectFinalState(store, model, "after growing")
+                try store.close()
+                for round in 0..<2 {
+                    store = try open()
+                    let placesAtOpen = store.entryDigests.placeCount
+                    let again = Self.grow(
+                        store, model, newKeys: 8_000 / scale, readers: 2, seed: 100 + UInt64(round),
+                        firstGen: first.nextGen + 1_000_000 * UInt64(round + 1),
+                        compactEvery: 3_000 / scale)
+                    print(
+                        "attack25 growth after reopen \(round): places at open \(placesAtOpen), reads \(again.reads), through places \(store.readsThroughPlaces), places \(store.entryDigests.placeCount)"
+                    )
+                    #expect(
+                        again.violations.isEmpty,
+                        "round \(round): \(again.violations.count) violations, first \(again.violations.prefix(5))")
+                    store.waitForLoads()
+                    try Self.expectFinalState(store, model, "reopen \(round)")
+                    try store.close()
+                }
+                store = try open()
                 store.waitForLoads()
-                try Self.expectFinalState(store, model, "reopen \(round)")
+                try Self.expectFinalState(store, model, "last reopen")
+                #expect(try store.fsck().isClean)
                 try store.close()
             }
-            store = try open()
-            store.waitForLoads()
-            try Self.expectFinalState(store, model, "last reopen")
-            #expect(try store.fsck().isClean)
-            try store.close()
         }
     }
 
@@ -761,73 +770,75 @@ import TroveTestSupport
     ])
     func damagedRowIDsNeverServeWrongBytes(_ ids: [String]) async throws {
         try await withTemporaryDirectory { dir in
-            func open() throws -> Store {
-                try openStore(dir, segmentSize: 256 << 10) {
-                    $0.compactionInterval = nil
-                    $0.locationCacheLimit = 0
-                }
-            }
-            var expected: [Int: Data] = [:]
-            var store = try open()
-            for i in 0..<400 {
-                expected[i] = value(i, size: 200)
-                try store.put(expected[i]!, for: key(i))
-            }
-            try store.close()
-            do {
-                let index = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: false)
-                for (n, id) in ids.enumerated() {
-                    // Move a row out of the way if it holds the id, then give the id to a victim.
-                    try index.connection.execute(
-                        "UPDATE entries SET id = (SELECT max(id) FROM entries WHERE id < 1000000) + 1 WHERE id = \(id)")
-                    try index.connection.execute("UPDATE entries SET id = \(id) WHERE url = '\(key(10 + n * 37).url)'")
-                }
-            }
-            var problems: [String] = []
-            func readAll(_ store: Store, _ context: String) {
-                for (i, data) in expected.sorted(by: { $0.key < $1.key }) {
-                    do {
-                        let got = try store.data(for: key(i))
-                        if got != data { problems.append("\(context): key \(i) read \(got?.count ?? -1) bytes, not its own") }
-                    } catch {
-                        problems.append("\(context): key \(i) threw \(error) (typed; allowed)")
+            try await offPool {
+                func open() throws -> Store {
+                    try openStore(dir, segmentSize: 256 << 10) {
+                        $0.compactionInterval = nil
+                        $0.locationCacheLimit = 0
                     }
                 }
+                var expected: [Int: Data] = [:]
+                var store = try open()
+                for i in 0..<400 {
+                    expected[i] = value(i, size: 200)
+                    try store.put(expected[i]!, for: key(i))
+                }
+                try store.close()
+                do {
+                    let index = try IndexDatabase(path: dir + "/store/index.sqlite", readOnly: false)
+                    for (n, id) in ids.enumerated() {
+                        // Move a row out of the way if it holds the id, then give the id to a victim.
+                        try index.connection.execute(
+                            "UPDATE entries SET id = (SELECT max(id) FROM entries WHERE id < 1000000) + 1 WHERE id = \(id)")
+                        try index.connection.execute("UPDATE entries SET id = \(id) WHERE url = '\(key(10 + n * 37).url)'")
+                    }
+                }
+                var problems: [String] = []
+                func readAll(_ store: Store, _ context: String) {
+                    for (i, data) in expected.sorted(by: { $0.key < $1.key }) {
+                        do {
+                            let got = try store.data(for: key(i))
+                            if got != data { problems.append("\(context): key \(i) read \(got?.count ?? -1) bytes, not its own") }
+                        } catch {
+                            problems.append("\(context): key \(i) threw \(error) (typed; allowed)")
+                        }
+                    }
+                }
+                store = try open()
+                store.waitForLoads()
+                readAll(store, "reopened")
+                for i in 400..<600 {
+                    expected[i] = value(i, size: 200)
+                    try store.put(expected[i]!, for: key(i))
+                }
+                try store.flush()
+                readAll(store, "new puts")
+                for i in stride(from: 0, to: 600, by: 3) {
+                    expected[i] = value(i + 5_000, size: 150)
+                    try store.put(expected[i]!, for: key(i))
+                }
+                for i in stride(from: 1, to: 600, by: 5) {
+                    try store.remove(key(i))
+                    expected[i] = nil
+                }
+                try store.flush()
+                readAll(store, "overwritten")
+                try store.compact()
+                readAll(store, "compacted")
+                try store.close()
+                store = try open()
+                readAll(store, "reopened again, loading")
+                store.waitForLoads()
+                readAll(store, "reopened again, loaded")
+                let report = try store.fsck()
+                try store.close()
+                let wrong = problems.filter { !$0.contains("(typed; allowed)") }
+                print(
+                    "attack25 damaged ids \(ids): \(problems.count) problems, fsck clean \(report.isClean), first \(problems.prefix(3))"
+                )
+                #expect(wrong.isEmpty, "\(wrong.count) wrong reads, first \(wrong.prefix(5))")
+                #expect(problems.isEmpty, "a row id alone is no damage: \(problems.prefix(5))")
             }
-            store = try open()
-            store.waitForLoads()
-            readAll(store, "reopened")
-            for i in 400..<600 {
-                expected[i] = value(i, size: 200)
-                try store.put(expected[i]!, for: key(i))
-            }
-            try store.flush()
-            readAll(store, "new puts")
-            for i in stride(from: 0, to: 600, by: 3) {
-                expected[i] = value(i + 5_000, size: 150)
-                try store.put(expected[i]!, for: key(i))
-            }
-            for i in stride(from: 1, to: 600, by: 5) {
-                try store.remove(key(i))
-                expected[i] = nil
-            }
-            try store.flush()
-            readAll(store, "overwritten")
-            try store.compact()
-            readAll(store, "compacted")
-            try store.close()
-            store = try open()
-            readAll(store, "reopened again, loading")
-            store.waitForLoads()
-            readAll(store, "reopened again, loaded")
-            let report = try store.fsck()
-            try store.close()
-            let wrong = problems.filter { !$0.contains("(typed; allowed)") }
-            print(
-                "attack25 damaged ids \(ids): \(problems.count) problems, fsck clean \(report.isClean), first \(problems.prefix(3))"
-            )
-            #expect(wrong.isEmpty, "\(wrong.count) wrong reads, first \(wrong.prefix(5))")
-            #expect(problems.isEmpty, "a row id alone is no damage: \(problems.prefix(5))")
         }
     }
 }
