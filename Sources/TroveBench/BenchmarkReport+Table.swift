@@ -55,6 +55,10 @@ extension BenchmarkReport {
                 }
                 tail = ratios.joined(separator: "  ") + (tail.isEmpty ? "" : "  " + tail)
             }
+            // A loop that read its bytes from disk measured the disk (DiskReads): say so.
+            if let kibibytes = r.diskReadKiB, kibibytes >= 1_024 {
+                tail += (tail.isEmpty ? "" : "  ") + "read \(number(Double(kibibytes) / 1_024)) MiB from disk"
+            }
             lines.append(
                 pad(r.workload, 24) + pad(r.engine, 20) + pad(number(r.opsPerSecond, 0), 11, right: true)
                     + pad(number(r.p50Microseconds), 10, right: true) + pad(number(r.p99Microseconds), 10, right: true)

@@ -26,6 +26,10 @@ public enum FirstReadBenchmark {
         /// Trove: how many of the first reads went through the entry digest table's places
         /// (one `pread`, no SQLite); nil for the other engines.
         public var firstReadsThroughPlaces: Int?
+        /// What the machine read from disk during the first reads and during the Zipf stream,
+        /// KiB (``DiskReads``), when known.
+        public var firstReadDiskKiB: Int?
+        public var zipfDiskKiB: Int?
     }
 
     /// The engines, by the name the child is given: the three compared, and the floor
@@ -87,13 +91,17 @@ public enum FirstReadBenchmark {
             var zipf = Measurement()
             zipf.latencies = report.zipfGets
             zipf.total = .nanoseconds(Int64(report.zipfSeconds * 1e9))
-            for (workload, m) in [("first read (fresh process)", first), ("Zipf 90/10 after first reads", zipf)] {
+            for (workload, m, diskReads) in [
+                ("first read (fresh process)", first, report.firstReadDiskKiB),
+                ("Zipf 90/10 after first reads", zipf, report.zipfDiskKiB),
+            ] {
                 var row = BenchmarkResult(
                     workload: workload, engine: name, operations: m.latencies.count, seconds: m.seconds,
                     opsPerSecond: Double(m.latencies.count) / max(m.seconds, 1e-9), p50Microseconds: m.percentile(50),
                     p99Microseconds: m.percentile(99), metric: peak, metricName: "child's peak RSS MiB")
                 row.peakResidentMiB = peak
                 row.settleMilliseconds = settleWait.map { Double(nanoseconds($0)) / 1e6 }
+                row.diskReadKiB = diskReads
                 rows.append(row)
             }
         }
@@ -133,6 +141,7 @@ public enum FirstReadBenchmark {
         }
         var zipf = Measurement()
         zipf.latencies.reserveCapacity(operations)
+        let zipfDiskReads = DiskReads.kibibytes()
         let clock = ContinuousClock()
         for (item, isPut) in stream {
             if isPut {
@@ -157,7 +166,8 @@ public enum FirstReadBenchmark {
         return WorkerReport(
             firstReads: first.latencies, firstReadSeconds: first.seconds, zipfGets: zipf.latencies, zipfSeconds: zipf.seconds,
             residentAfterOpen: residentAfterOpen, peakResident: ResidentMemory.peakBytes(),
-            firstReadsThroughPlaces: throughPlaces)
+            firstReadsThroughPlaces: throughPlaces, firstReadDiskKiB: first.diskReadKiB,
+            zipfDiskKiB: DiskReads.since(zipfDiskReads))
     }
 
     private static func open(_ engine: String, directory: String) throws -> any BlobStoring {

@@ -1,4 +1,8 @@
 import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 import Testing
 import TroveStore
 import TroveTestSupport
@@ -272,6 +276,10 @@ import TroveTestSupport
                 #expect(row.settleMilliseconds != nil, "\(row.workload) \(row.engine)")
             }
             #expect(report.results.first { $0.workload == "get, during compaction" }?.settleMilliseconds == nil)
+            // Every loop timed through `measure` says what the machine read from disk meanwhile.
+            for row in report.results where row.workload.hasPrefix("put ") || row.workload.hasPrefix("cold get ") {
+                #expect(row.diskReadKiB != nil, "\(row.workload) \(row.engine)")
+            }
             #expect(!FileManager.default.fileExists(atPath: dir + "/" + settleFileName))
             #expect(report.targets.count >= 9)
             let table = report.table()
@@ -310,5 +318,54 @@ import TroveTestSupport
                 #expect(statistics.blobs == distinct.count, "\(durability): \(statistics)")
             }
         }
+    }
+}
+
+/// A row's disk reads are the machine's, and the table names them where a loop read from disk.
+@Suite struct DiskReadTests {
+    /// Reading a file whose pages the kernel dropped grows the count by about its size (on a
+    /// file system backed by a disk: tmpfs keeps its pages, having nowhere to read them from).
+    @Test func readingDroppedPagesCountsAsDiskReads() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir + "/pages"
+            let size = 8 << 20
+            try Data((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31) }).write(to: URL(fileURLWithPath: path))
+            let descriptor = open(path, O_RDONLY)
+            #expect(descriptor >= 0)
+            defer { close(descriptor) }
+            #expect(fsync(descriptor) == 0)
+            #expect(posix_fadvise(descriptor, 0, 0, POSIX_FADV_DONTNEED) == 0)
+            // Which pages are still in the page cache: the test needs them gone.
+            let mapped = try #require(mmap(nil, size, PROT_READ, MAP_SHARED, descriptor, 0))
+            #expect(mapped != MAP_FAILED)
+            var resident = [UInt8](repeating: 0, count: size / 4_096)
+            #expect(mincore(mapped, size, &resident) == 0)
+            munmap(mapped, size)
+            guard resident.allSatisfy({ $0 & 1 == 0 }) else { return }
+            let before = try #require(DiskReads.kibibytes())
+            try readIntoPageCache(dir)
+            let read = try #require(DiskReads.since(before))
+            #expect(read >= size / 1_024 / 2, "\(read) KiB")
+            // Read again, the pages are in the page cache.
+            let again = try #require(DiskReads.kibibytes())
+            try readIntoPageCache(dir)
+            #expect(try #require(DiskReads.since(again)) < size / 1_024 / 2)
+        }
+    }
+
+    @Test func theTableNamesALoopThatReadFromDisk() {
+        func row(_ engine: String, _ kibibytes: Int?) -> BenchmarkResult {
+            var row = BenchmarkResult(
+                workload: "cold get at 10000 entries", engine: engine, operations: 1, seconds: 1, opsPerSecond: 1,
+                p50Microseconds: 1, p99Microseconds: 1, metric: nil, metricName: nil)
+            row.diskReadKiB = kibibytes
+            return row
+        }
+        let plan = BenchmarkPlan(population: 1, scaleEntries: 1, operationScale: 1, directory: nil)
+        let table = BenchmarkReport(plan: plan, results: [row("Trove", 3_072), row("Trove none", 1_023)], targets: []).table()
+        let lines = table.split(separator: "\n")
+        #expect(lines.contains { $0.contains("Trove ") && $0.hasSuffix("read 3.0 MiB from disk") })
+        // Under a MiB is the noise of metadata and of other processes: not named.
+        #expect(lines.filter { $0.contains("from disk") }.count == 1)
     }
 }

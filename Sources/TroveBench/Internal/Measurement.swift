@@ -16,6 +16,8 @@ struct Measurement {
     /// What settling the file system before the loop waited for in its first synced write
     /// (``settle(_:)``), when the loop was settled and the probe could be written.
     var settleWait: Duration?
+    /// What the machine read from disk while the loop ran, in KiB (``DiskReads``), when known.
+    var diskReadKiB: Int?
 
     /// Adds one operation's latency to the latencies and the total.
     mutating func add(_ elapsed: Duration) {
@@ -82,6 +84,22 @@ func settle(_ directory: String) -> Duration? {
     return first
 }
 
+/// Reads every file in `folder` once, untimed, so that its pages are in the page cache, and
+/// recently used, when a timed loop starts (``DiskReads`` says why that can matter).
+func readIntoPageCache(_ folder: String) throws {
+    let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+    defer { buffer.deallocate() }
+    for name in try FileManager.default.contentsOfDirectory(atPath: folder) {
+        let path = folder + "/" + name
+        let descriptor = try SystemCall.open(path, O_RDONLY)
+        defer { SystemCall.close(descriptor) }
+        var offset: UInt64 = 0
+        while case let count = try SystemCall.preadAll(descriptor, into: buffer, at: offset, path: path), count > 0 {
+            offset += UInt64(count)
+        }
+    }
+}
+
 /// The probe file ``settle(_:)`` writes and removes (a run killed meanwhile leaves it; the next
 /// run's settle removes it).
 let settleFileName = ".trove-bench-settle"
@@ -104,6 +122,7 @@ func measure<T>(
     m.latencies.reserveCapacity(count)
     if let directory { m.settleWait = settle(directory) }
     ResidentMemory.resetPeak()
+    let diskReads = DiskReads.kibibytes()
     let clock = ContinuousClock()
     for i in 0..<count {
         let t0 = clock.now
@@ -115,6 +134,7 @@ func measure<T>(
     try finish()
     m.total += clock.now - t0
     m.peakResidentBytes = ResidentMemory.peakBytes()
+    m.diskReadKiB = DiskReads.since(diskReads)
     return m
 }
 
@@ -129,6 +149,7 @@ func measureConcurrently(
 ) throws -> Measurement {
     let settleWait = settle(directory)
     ResidentMemory.resetPeak()
+    let diskReads = DiskReads.kibibytes()
     let failure = Locked<(any Error)?>(nil)
     let latencies = Locked([[UInt64]](repeating: [], count: threads))
     let done = DispatchGroup()
@@ -165,6 +186,7 @@ func measureConcurrently(
     m.latencies = latencies.withLock { $0.flatMap { $0 } }
     m.peakResidentBytes = ResidentMemory.peakBytes()
     m.settleWait = settleWait
+    m.diskReadKiB = DiskReads.since(diskReads)
     return m
 }
 
