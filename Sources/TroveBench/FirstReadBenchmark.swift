@@ -77,6 +77,11 @@ public enum FirstReadBenchmark {
             // catalogs, the previous child's puts), which would otherwise load the later
             // children's cores, and no journal work for its first sync (Trove's child syncs).
             let settleWait = settle(directory)
+            // …and its files are in the page cache, as the workload says: written minutes
+            // before, the first catalogs lost pages to this machine's reclaim and their child
+            // read them from disk (Docs/Benchmarks.md, "pages the machine takes back"). The
+            // engine is closed: reading its files here drops no lock of a store of this process.
+            try readIntoPageCache(directory + "/" + engine)
             progress("first reads: a fresh process reads \(engine)")
             let report = try runChild(
                 executable, ["bench-worker", engine, directory + "/" + engine, String(items), String(operations)])

@@ -325,9 +325,14 @@ import TroveTestSupport
 @Suite struct DiskReadTests {
     /// Reading a file whose pages the kernel dropped grows the count by about its size (on a
     /// file system backed by a disk: tmpfs keeps its pages, having nowhere to read them from).
+    /// The file sits two folders down, beside a symbolic link to its own folder and a FIFO,
+    /// which the read skips.
     @Test func readingDroppedPagesCountsAsDiskReads() async throws {
         try await withTemporaryDirectory { dir in
-            let path = dir + "/pages"
+            try FileManager.default.createDirectory(atPath: dir + "/a/b", withIntermediateDirectories: true)
+            #expect(symlink(".", dir + "/a/loop") == 0)
+            #expect(mkfifo(dir + "/a/b/fifo", 0o600) == 0)
+            let path = dir + "/a/b/pages"
             let size = 8 << 20
             try Data((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31) }).write(to: URL(fileURLWithPath: path))
             let descriptor = open(path, O_RDONLY)

@@ -84,18 +84,36 @@ func settle(_ directory: String) -> Duration? {
     return first
 }
 
-/// Reads every file in `folder` once, untimed, so that its pages are in the page cache, and
-/// recently used, when a timed loop starts (``DiskReads`` says why that can matter).
+/// Reads every regular file under `folder` (its subfolders too) once, untimed, so that their
+/// pages, and the folders' own blocks, are in the page cache, and recently used, when a timed
+/// loop starts (``DiskReads`` says why that can matter). Symbolic links are skipped.
+///
+/// Each file is opened and closed here, and closing any descriptor of a file drops the POSIX
+/// locks this process holds on it: never use it on a folder holding an SQLite database that
+/// this process has open (a store's `index.sqlite`); a store's `packs` folder is safe.
 func readIntoPageCache(_ folder: String) throws {
     let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
     defer { buffer.deallocate() }
-    for name in try FileManager.default.contentsOfDirectory(atPath: folder) {
-        let path = folder + "/" + name
-        let descriptor = try SystemCall.open(path, O_RDONLY)
-        defer { SystemCall.close(descriptor) }
-        var offset: UInt64 = 0
-        while case let count = try SystemCall.preadAll(descriptor, into: buffer, at: offset, path: path), count > 0 {
-            offset += UInt64(count)
+    var folders = [folder]
+    while let current = folders.popLast() {
+        for name in try FileManager.default.contentsOfDirectory(atPath: current) {
+            let path = current + "/" + name
+            var link = stat()
+            guard lstat(path, &link) == 0 else { throw SystemCall.fail("lstat", path) }
+            if link.st_mode & S_IFMT == S_IFLNK { continue }
+            let descriptor = try SystemCall.open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK)
+            defer { SystemCall.close(descriptor) }
+            var status = stat()
+            guard fstat(descriptor, &status) == 0 else { throw SystemCall.fail("fstat", path) }
+            switch status.st_mode & S_IFMT {
+            case S_IFDIR: folders.append(path)
+            case S_IFREG:
+                var offset: UInt64 = 0
+                while case let count = try SystemCall.preadAll(descriptor, into: buffer, at: offset, path: path), count > 0 {
+                    offset += UInt64(count)
+                }
+            default: continue
+            }
         }
     }
 }
