@@ -214,12 +214,12 @@ public enum RecordCodec {
         let flags: UInt32
         let sequence: UInt64
         if version == 1 {
-            guard let hashBytes = r.readBytes(16), let h = ContentHash(bytes: hashBytes), let l = r.readUInt64(),
+            guard let h = r.readHash(), let l = r.readUInt64(),
                 let f = r.readUInt32(), r.readUInt32() == 0, let id = r.readUInt64(), let s = r.readUInt64()
             else { return nil }
             (hash, length, flags, blobID, sequence) = (h, l, f, id, s)
         } else {
-            guard let id = r.readUInt64(), let hashBytes = r.readBytes(16), let h = ContentHash(bytes: hashBytes),
+            guard let id = r.readUInt64(), let h = r.readHash(),
                 let l = r.readUInt64(), let f = r.readUInt32(), let s = r.readUInt64()
             else { return nil }
             (hash, length, flags, blobID, sequence) = (h, l, f, id, s)

@@ -259,3 +259,59 @@ import TroveTestSupport
         }
     }
 }
+
+/// A record's strings are accepted exactly when they are valid UTF-8, and read back as those
+/// bytes: the reader checks validity by decoding and comparing, not with the standard library's
+/// own validation, so the two must agree on every input.
+@Suite struct ByteReaderStringTests {
+    /// What the reader makes of `bytes` behind a length prefix (nil: rejected).
+    static func read(_ bytes: [UInt8]) -> String? {
+        var body = withUnsafeBytes(of: UInt32(bytes.count).littleEndian) { Array($0) }
+        body += bytes
+        return body.withUnsafeBytes { raw in
+            var reader = ByteReader(raw)
+            let text = reader.readString()
+            return reader.remaining == 0 ? text : nil
+        }
+    }
+
+    static func check(_ bytes: [UInt8]) {
+        let expected = String(validating: bytes, as: UTF8.self)
+        let text = read(bytes)
+        #expect(text == expected, "\(bytes)")
+        if let text { #expect(Array(text.utf8) == bytes, "\(bytes)") }
+    }
+
+    /// Invalid sequences chosen so that repairing them keeps the length, or yields U+FFFD's own
+    /// bytes, or sits next to a valid U+FFFD: each must still be rejected.
+    @Test func craftedSequences() {
+        let cases: [[UInt8]] = [
+            [], Array("https://example.com/a.jpg".utf8), Array("é€😀".utf8), [0xEF, 0xBF, 0xBD],
+            [0xF0, 0x90, 0x80, 0x41],  // a truncated 4-byte sequence: repaired, still 4 bytes
+            [0xE2, 0x82], [0xC0, 0x80], [0xED, 0xA0, 0x80], [0xF4, 0x90, 0x80, 0x80], [0xFF], [0x80],
+            [0xEF, 0xBF, 0xBD, 0xF0, 0x90, 0x80], [0x41, 0xE2, 0x82, 0x41, 0x42, 0x43], [0x00],
+        ]
+        for bytes in cases { Self.check(bytes) }
+    }
+
+    /// Random short strings over bytes that often make, and often break, UTF-8 sequences.
+    @Test func randomBytes() {
+        var generator = SeededGenerator(seed: 11)
+        let alphabet: [UInt8] = [
+            0x00, 0x41, 0x7F, 0x80, 0x8F, 0x90, 0xBF, 0xC0, 0xC2, 0xDF, 0xE0, 0xE2, 0xED, 0xEF, 0xF0, 0xF4, 0xF5, 0xFF, 0xBD,
+        ]
+        for _ in 0..<20_000 {
+            let count = Int.random(in: 0...9, using: &generator)
+            Self.check((0..<count).map { _ in alphabet.randomElement(using: &generator)! })
+        }
+    }
+
+    /// A length past the end of the body is rejected, whatever follows.
+    @Test func aLengthPastTheEnd() {
+        let body: [UInt8] = [5, 0, 0, 0, 0x41, 0x42]
+        body.withUnsafeBytes { raw in
+            var reader = ByteReader(raw)
+            #expect(reader.readString() == nil)
+        }
+    }
+}

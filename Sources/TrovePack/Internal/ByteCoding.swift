@@ -1,5 +1,9 @@
 import TroveCore
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 // Little-endian encoding and decoding of the fixed-width fields of the pack format.
 
 struct ByteWriter {
@@ -58,16 +62,30 @@ struct ByteReader {
     mutating func readUInt64() -> UInt64? { readLE(8) }
     mutating func readInt64() -> Int64? { readLE(8).map { Int64(bitPattern: $0) } }
 
-    mutating func readBytes(_ n: Int) -> [UInt8]? {
+    /// The next `n` bytes, in place (valid while the buffer is), or nil past the end.
+    mutating func readSpan(_ n: Int) -> UnsafeRawBufferPointer? {
         guard n >= 0, remaining >= n else { return nil }
         defer { position += n }
-        return Array(buffer[position..<position + n])
+        return UnsafeRawBufferPointer(rebasing: buffer[position..<position + n])
     }
 
-    /// A UInt32 length, then that many bytes of valid UTF-8.
+    /// A content hash: 16 bytes, big-endian (``ContentHash/init(bytes:)``).
+    mutating func readHash() -> ContentHash? { readSpan(16).flatMap { ContentHash(bytes: $0) } }
+
+    /// A UInt32 length, then that many bytes of valid UTF-8; nil past the end or when they
+    /// are not valid UTF-8.
     mutating func readString() -> String? {
-        guard let n = readUInt32(), let raw = readBytes(Int(n)) else { return nil }
-        return String(validating: raw, as: UTF8.self)
+        guard let n = readUInt32(), let raw = readSpan(Int(n)) else { return nil }
+        return raw.withMemoryRebound(to: UInt8.self) { bytes -> String? in
+            // Decoding (concrete, unlike the generic `String(validating:as:)`) repairs invalid
+            // UTF-8, each bad sequence becoming U+FFFD, so the text holds exactly the bytes
+            // read only when they were valid.
+            var text = String(decoding: bytes, as: UTF8.self)
+            let valid = text.withUTF8 { utf8 in
+                utf8.count == bytes.count && (bytes.isEmpty || memcmp(utf8.baseAddress!, bytes.baseAddress!, bytes.count) == 0)
+            }
+            return valid ? text : nil
+        }
     }
 
     private mutating func readLE(_ width: Int) -> UInt64? {
