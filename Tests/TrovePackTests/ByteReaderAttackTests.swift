@@ -42,7 +42,9 @@ import TroveTestSupport
             if !agrees {
                 count += 1
                 if count <= 5 {
-                    Issue.record("\(bytes.map { String($0, radix: 16) }): reader \(String(describing: text)), reference \(String(describing: expected))")
+                    Issue.record(
+                        "\(bytes.map { String($0, radix: 16) }): reader \(String(describing: text)), reference \(String(describing: expected))"
+                    )
                 }
             }
         }
@@ -173,7 +175,8 @@ import TroveTestSupport
     /// and to the same bytes and hash.
     @Test func linkAndTombstoneBodiesAgreeWithTheReference() {
         let link = LinkRecord(
-            url: "https://example.com/a.jpg", variant: "w1", blobHash: ContentHash(high: 0x0102_0304_0506_0708, low: 0xF1F2_F3F4_F5F6_F7F8),
+            url: "https://example.com/a.jpg", variant: "w1",
+            blobHash: ContentHash(high: 0x0102_0304_0506_0708, low: 0xF1F2_F3F4_F5F6_F7F8),
             blobLength: 7, blobID: 9, sequence: 11, createdAt: 13, expiresAt: 17, etag: "\"e\"", lastModified: "LM",
             cachePolicy: "max-age=1")
         let sequences: [[UInt8]] = [
@@ -195,7 +198,9 @@ import TroveTestSupport
                     let valid = strings.allSatisfy { String(validating: $0, as: UTF8.self) != nil }
                     for shift in [0, 1, 3, 7] {
                         let padded = [UInt8](repeating: 0, count: shift) + body
-                        let decoded = padded.withUnsafeBytes { RecordCodec.link(UnsafeRawBufferPointer(rebasing: $0[shift...]), version: version) }
+                        let decoded = padded.withUnsafeBytes {
+                            RecordCodec.link(UnsafeRawBufferPointer(rebasing: $0[shift...]), version: version)
+                        }
                         #expect((decoded != nil) == valid, "v\(version) field \(field) \(sequence) shift \(shift)")
                         if let decoded {
                             #expect(decoded.blobHash == link.blobHash)

@@ -6,9 +6,9 @@ import Foundation
 /// from disk, and its latencies measure the disk.
 ///
 /// Why a row needs it: on the machine these benchmarks were measured on, the kernel's DAMON
-/// pages out memory, page-cache pages included, that has not been used for about a minute, so
-/// files written minutes (or even seconds) before a loop can be partly on disk again when it
-/// reads them (Docs/Benchmarks.md, "pages the machine takes back").
+/// pages out page-cache pages that no process maps once they have gone unused for about a
+/// minute, so files written minutes (or even seconds) before a loop can be partly on disk
+/// again when it reads them (Docs/Benchmarks.md, "pages the machine takes back").
 enum DiskReads {
     /// `pgpgin` now, in KiB; nil where `/proc/vmstat` cannot be read.
     static func kibibytes() -> Int? {

@@ -86,7 +86,8 @@ func settle(_ directory: String) -> Duration? {
 
 /// Reads every regular file under `folder` (its subfolders too) once, untimed, so that their
 /// pages, and the folders' own blocks, are in the page cache, and recently used, when a timed
-/// loop starts (``DiskReads`` says why that can matter). Symbolic links are skipped.
+/// loop starts (``DiskReads`` says why that can matter). Anything else (symbolic links, FIFOs,
+/// sockets, devices) is skipped.
 ///
 /// Each file is opened and closed here, and closing any descriptor of a file drops the POSIX
 /// locks this process holds on it: never use it on a folder holding an SQLite database that
@@ -98,9 +99,11 @@ func readIntoPageCache(_ folder: String) throws {
     while let current = folders.popLast() {
         for name in try FileManager.default.contentsOfDirectory(atPath: current) {
             let path = current + "/" + name
-            var link = stat()
-            guard lstat(path, &link) == 0 else { throw SystemCall.fail("lstat", path) }
-            if link.st_mode & S_IFMT == S_IFLNK { continue }
+            var entry = stat()
+            guard lstat(path, &entry) == 0 else { throw SystemCall.fail("lstat", path) }
+            guard entry.st_mode & S_IFMT == S_IFDIR || entry.st_mode & S_IFMT == S_IFREG else { continue }
+            // Not following links and not waiting on a FIFO, should the entry be swapped for
+            // one after the lstat.
             let descriptor = try SystemCall.open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK)
             defer { SystemCall.close(descriptor) }
             var status = stat()
