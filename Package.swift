@@ -80,7 +80,7 @@ let package = Package(
         .target(
             name: "TroveBench",
             dependencies: [
-                "Trove", "TroveStore", "TroveCore", "TroveCodec", "TroveHTTP", "TroveOrigin", "CSQLite",
+                "Trove", "TroveStore", "TrovePack", "TroveCore", "TroveCodec", "TroveHTTP", "TroveOrigin", "CSQLite",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
             ]),

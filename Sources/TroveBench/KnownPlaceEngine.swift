@@ -1,12 +1,14 @@
 public import Foundation
 import TroveCore
+import TrovePack
 
 /// The floor of a read or a write, as an engine: every value appended to one file, and every key's
 /// place (offset, length, and the XXH3-64 of the value) held in a dictionary that opening loads
 /// whole from a side file. A get is one dictionary lookup and one `pread` of exactly the value
-/// into a fresh buffer — the least any engine that copies values out of the page cache can do —
+/// into a buffer — the least any engine that copies values out of the page cache can do —
 /// and, with ``verifies``, the XXH3-64 of the bytes compared with the stored one, the check
-/// Trove makes of every record it reads.
+/// Trove makes of every record it reads. Its buffers are kept for the next reads as Trove's are
+/// (``ReadBuffers``, the same 8 MiB budget), so that it stays the floor of Trove's reads.
 ///
 /// A put is the mirror image: one `pwrite` appending the value, its XXH3-64 and a dictionary
 /// insert — what is left of a write once the index and durability cost nothing.
@@ -37,6 +39,8 @@ public final class KnownPlaceEngine: BlobStoring, @unchecked Sendable {
     public let verifies: Bool
     private let descriptor: Int32
     private var places: [String: Place] = [:]
+    /// Read buffers kept for the next gets, as a store's default configuration keeps them.
+    private let buffers = ReadBuffers(budget: 8 << 20)
     private var end: UInt64
     private var syncer: BatchSyncer?
     /// The place of each value put since ``deduplicates`` was turned on, by its XXH3-128.
@@ -132,15 +136,20 @@ public final class KnownPlaceEngine: BlobStoring, @unchecked Sendable {
     public func get(_ key: String) throws -> Data? {
         guard let place = places[key] else { return nil }
         // Into an uninitialized buffer, as Trove and FilePerEntry read (`Data(count:)` would
-        // zero it first).
-        return try SystemCall.readOwned(count: place.length) { buffer in
+        // zero it first), kept for the next read as Trove keeps its own.
+        let (base, capacity) = buffers.take(byteCount: place.length)
+        do {
+            let buffer = UnsafeMutableRawBufferPointer(start: base, count: place.length)
             let n = try SystemCall.preadAll(descriptor, into: buffer, at: place.offset, path: valuesPath)
             guard n == place.length else { throw BenchmarkError("\(valuesPath) is cut short at \(place.offset)") }
             if verifies, XXH3.hash64(UnsafeRawBufferPointer(buffer)) != place.checksum {
                 throw BenchmarkError("\(key): the value at \(valuesPath):\(place.offset) fails its checksum")
             }
-            return 0..<n
+        } catch {
+            buffers.giveBack(base, capacity: capacity)
+            throw error
         }
+        return buffers.data(base, capacity: capacity, offset: 0, count: place.length)
     }
 
     /// Nothing: every put is visible at once, and the floor promises no durability — but with

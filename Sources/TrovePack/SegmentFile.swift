@@ -340,9 +340,13 @@ public final class SegmentFile: Sendable {
     ///   ``PackError/Code/truncatedRecord`` when it runs past the end of the file,
     ///   ``PackError/Code/io`` when the read fails.
     /// - Complexity: one system call and one pass of XXH3-64 over the payload.
-    public func readBlob(at offset: UInt64, payloadLength: UInt64, hash: ContentHash, id: UInt64) throws -> Data {
+    public func readBlob(
+        at offset: UInt64, payloadLength: UInt64, hash: ContentHash, id: UInt64, buffers: ReadBuffers? = nil
+    ) throws -> Data {
         // With no bytes after the record asked for, the check of them cannot fail.
-        try readBlob(at: offset, payloadLength: payloadLength, hash: hash, id: id, trailing: 0) { _, _ in true }!
+        try readBlob(at: offset, payloadLength: payloadLength, hash: hash, id: id, trailing: 0, buffers: buffers) { _, _ in
+            true
+        }!
     }
 
     /// Reads the blob record at `offset` together with the header of the link record at
@@ -361,13 +365,14 @@ public final class SegmentFile: Sendable {
     /// - Throws: what ``readBlob(at:payloadLength:hash:id:)`` throws.
     public func readBlob(
         at offset: UInt64, payloadLength: UInt64, hash: ContentHash, id: UInt64, thenLinkAt linkOffset: UInt64,
-        identity: RecordIdentity, body: [UInt8]
+        identity: RecordIdentity, body: [UInt8], buffers: ReadBuffers? = nil
     ) throws -> Data? {
         guard format.version == 2, payloadLength <= PackFormat.maximumBodyLength,
             linkOffset >= offset, linkOffset - offset == format.blobRecordLength(payloadLength: payloadLength)
         else { return nil }
         return try readBlob(
-            at: offset, payloadLength: payloadLength, hash: hash, id: id, trailing: PackFormat.Version2.recordHeaderSize
+            at: offset, payloadLength: payloadLength, hash: hash, id: id, trailing: PackFormat.Version2.recordHeaderSize,
+            buffers: buffers
         ) { raw, at in
             intactHeader(raw, at: at).map { isLink($0, identity: identity, body: body) } ?? false
         }
@@ -398,7 +403,9 @@ public final class SegmentFile: Sendable {
     /// Nil when anything differs — a version-1 segment, a span that is not the two records, damage,
     /// other records, an I/O error or a short read — without saying which: the caller then
     /// reads the entry the way that tells damage from a move and reports it.
-    public func readPlacedEntry(at offset: UInt64, span: Int, identity: RecordIdentity) -> PlacedEntry? {
+    public func readPlacedEntry(at offset: UInt64, span: Int, identity: RecordIdentity, buffers: ReadBuffers? = nil)
+        -> PlacedEntry?
+    {
         let headerSize = PackFormat.Version2.recordHeaderSize
         guard format.version == 2, identity.type == .link, span >= 2 * headerSize,
             UInt64(span) <= 2 * (PackFormat.maximumBodyLength + UInt64(headerSize))
@@ -408,9 +415,9 @@ public final class SegmentFile: Sendable {
         if span > Self.spanCheckedAgainstSize {
             guard let size = try? size(), offset <= size, UInt64(span) <= size - offset else { return nil }
         }
-        let base = UnsafeMutableRawPointer.allocate(byteCount: span, alignment: 16)
+        let (base, capacity) = ReadBuffers.take(byteCount: span, from: buffers)
         var handedOver = false
-        defer { if !handedOver { base.deallocate() } }
+        defer { if !handedOver { ReadBuffers.giveBack(base, capacity: capacity, to: buffers) } }
         let raw = UnsafeRawBufferPointer(start: base, count: span)
         guard
             let n = try? SystemCall.pread(
@@ -437,9 +444,7 @@ public final class SegmentFile: Sendable {
         let payload = UnsafeRawBufferPointer(rebasing: raw[headerSize..<linkStart])
         guard XXH3.hash64(payload, seed: format.bodySeed(.blob)) == blob.bodyChecksum else { return nil }
         handedOver = true
-        let data = Data(
-            bytesNoCopy: base + headerSize, count: payload.count,
-            deallocator: .custom { pointer, _ in (pointer - headerSize).deallocate() })
+        let data = ReadBuffers.data(base, capacity: capacity, offset: headerSize, count: payload.count, from: buffers)
         return PlacedEntry(
             payload: data, link: link, blobRecordBytes: blob.recordLength, linkRecordBytes: linkHeader.recordLength)
     }
@@ -448,7 +453,7 @@ public final class SegmentFile: Sendable {
     /// when the record verifies and `trailingHolds` accepts the bytes after it (and where they
     /// start), nil when it does not or they are cut short by the end of the file.
     private func readBlob(
-        at offset: UInt64, payloadLength: UInt64, hash: ContentHash, id: UInt64, trailing: Int,
+        at offset: UInt64, payloadLength: UInt64, hash: ContentHash, id: UInt64, trailing: Int, buffers: ReadBuffers?,
         trailingHolds: (UnsafeRawBufferPointer, UInt64) -> Bool
     ) throws -> Data? {
         let total64 = format.blobRecordLength(payloadLength: payloadLength)
@@ -457,9 +462,9 @@ public final class SegmentFile: Sendable {
         }
         let total = Int(total64)
         let prefix = total - Int(payloadLength)
-        let base = UnsafeMutableRawPointer.allocate(byteCount: max(total + trailing, 1), alignment: 16)
+        let (base, capacity) = ReadBuffers.take(byteCount: total + trailing, from: buffers)
         var handedOver = false
-        defer { if !handedOver { base.deallocate() } }
+        defer { if !handedOver { ReadBuffers.giveBack(base, capacity: capacity, to: buffers) } }
         let buffer = UnsafeMutableRawBufferPointer(start: base, count: total + trailing)
         let n = try SystemCall.pread(descriptor, into: buffer, at: offset, path: path, faults: faults)
         guard n >= total else {
@@ -497,9 +502,7 @@ public final class SegmentFile: Sendable {
             trailingHolds(UnsafeRawBufferPointer(start: base + total, count: trailing), offset + UInt64(total))
         else { return nil }
         handedOver = true
-        return Data(
-            bytesNoCopy: base + prefix, count: total - prefix,
-            deallocator: .custom { pointer, _ in (pointer - prefix).deallocate() })
+        return ReadBuffers.data(base, capacity: capacity, offset: prefix, count: total - prefix, from: buffers)
     }
 
     /// A record read whole and verified: what it is, its header and its body bytes.

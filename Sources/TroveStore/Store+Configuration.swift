@@ -70,6 +70,18 @@ extension Store {
         /// commit cycle.
         public var locationCacheLimit: Int = 100_000
 
+        /// How many bytes of large read buffers the store keeps for its next gets, counted by
+        /// capacity; 0 keeps none. Default: 8 MiB.
+        ///
+        /// A value of 64 KiB or more is read into a buffer of its own, owned by the `Data`
+        /// returned. Freed with it, the next large read gets fresh pages from the kernel — a fault
+        /// and a zeroed page every 4 KiB — which cost a third of a fresh process's first reads of
+        /// an image catalog here (Docs/Benchmarks.md, "read buffers kept for the next read").
+        /// Kept, the next read copies into pages that are already there. The budget counts
+        /// buffers the store holds, not those its callers still hold: the process's memory for
+        /// reads is this plus the values alive in the caller (Docs/Architecture.md, "Memory").
+        public var readBufferRetention: Int = 8 << 20
+
         /// Read-only index connections kept for concurrent gets. Default: 4.
         public var readerConnections: Int = 4
 

@@ -235,7 +235,7 @@ extension Store {
             guard let file = try? segmentFile(place.segment),
                 let read = file.readPlacedEntry(
                     at: place.blobOffset, span: Int(place.span),
-                    identity: RecordIdentity(type: .link, sequence: place.sequence, digest: digest))
+                    identity: RecordIdentity(type: .link, sequence: place.sequence, digest: digest), buffers: readBuffers)
             else { continue }
             let link = read.link
             // The digest matched; the key must too (digests can collide). And the row must
@@ -277,7 +277,8 @@ extension Store {
         let identity = RecordIdentity(type: .link, sequence: row.sequence, digest: key.digest)
         return try? file.readBlob(
             at: blob.offset, payloadLength: blob.length, hash: blob.hash, id: UInt64(bitPattern: blob.id),
-            thenLinkAt: row.linkOffset, identity: identity, body: RecordCodec.linkBody(found.describedLink))
+            thenLinkAt: row.linkOffset, identity: identity, body: RecordCodec.linkBody(found.describedLink),
+            buffers: readBuffers)
     }
 
     /// Checks that the link record `found` points at is intact and says what the row says: the
@@ -394,7 +395,9 @@ extension Store {
         }
         do {
             return .success(
-                try file.readBlob(at: blob.offset, payloadLength: blob.length, hash: blob.hash, id: UInt64(bitPattern: blob.id)))
+                try file.readBlob(
+                    at: blob.offset, payloadLength: blob.length, hash: blob.hash, id: UInt64(bitPattern: blob.id),
+                    buffers: readBuffers))
         } catch {
             return .failure(StoreError(pack: error))
         }

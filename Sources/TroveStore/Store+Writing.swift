@@ -492,7 +492,8 @@ extension Store {
     private func holds(_ candidate: BlobRow, _ bytes: UnsafeRawBufferPointer) -> Bool {
         guard let file = try? segmentFile(candidate.segment),
             let stored = try? file.readBlob(
-                at: candidate.offset, payloadLength: candidate.length, hash: candidate.hash, id: UInt64(bitPattern: candidate.id))
+                at: candidate.offset, payloadLength: candidate.length, hash: candidate.hash, id: UInt64(bitPattern: candidate.id),
+                buffers: readBuffers)
         else { return false }
         return stored.withUnsafeBytes { s in
             s.count == bytes.count && (s.count == 0 || memcmp(s.baseAddress!, bytes.baseAddress!, s.count) == 0)

@@ -58,6 +58,9 @@ public final class Store: Sendable {
     /// reader connections: a lookup by key reads its row by id, and a put of a key no row has
     /// skips the lookup of its collision check. Its lock is held for table operations only.
     let entryDigests: EntryDigestTable
+    /// Large read buffers kept for the next get (``Configuration/readBufferRetention``); its
+    /// lock is a leaf, taken by whichever thread releases a value's `Data`.
+    let readBuffers: ReadBuffers
     let background = BackgroundCommitter()
     /// Checkpoints the index's log off the committer thread, when a commit cycle asks.
     let checkpointer: BackgroundCheckpointer
@@ -166,6 +169,7 @@ public final class Store: Sendable {
         // Checkpoints are the checkpointer's from here on, not a side effect of a commit.
         opened.index.takeOverCheckpoints()
         self.entryDigests = opened.digests
+        self.readBuffers = ReadBuffers(budget: configuration.readBufferRetention)
         self.checkpointer = BackgroundCheckpointer(path: directory + "/index.sqlite")
         // Opening synced what the active segment holds (or it is the committed part).
         let commitState = CommitState(

@@ -127,6 +127,9 @@ import TroveTestSupport
         var configuration = Store.Configuration(durability: Durability.allCases[Int(seed % 3)])
         configuration.segmentSize = Int64(3000 + (seed % 7) * 1500)
         configuration.compactionInterval = nil
+        // Large values are read into kept buffers (ReadBuffers) unless the budget is 0; a small
+        // budget keeps one buffer at a time.
+        configuration.readBufferRetention = [8 << 20, 0, 300_000][Int(seed / 3 % 3)]
         return configuration
     }
 
@@ -147,7 +150,13 @@ import TroveTestSupport
                 let value: Data =
                     kind < 20
                     ? shared.randomElement(using: &g)!
-                    : kind < 24 ? attack : Data(testBytes(seed: seed << 24 | version, count: Int.random(in: 0...2500, using: &g)))
+                    : kind < 24
+                        ? attack
+                        // Large enough to be read into a kept buffer, whose last value's bytes a
+                        // damaged read must never serve.
+                        : kind < 30
+                            ? Data(testBytes(seed: seed << 24 | version, count: Int.random(in: 65_536...140_000, using: &g)))
+                            : Data(testBytes(seed: seed << 24 | version, count: Int.random(in: 0...2500, using: &g)))
                 try store.put(value, for: key, metadata: EntryMetadata(etag: "v\(version)"))
                 model[key, default: []].append(value)
             } else if roll < 75 {

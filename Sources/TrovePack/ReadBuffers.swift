@@ -1,0 +1,147 @@
+public import Foundation
+import TroveCore
+
+/// Large read buffers kept for the next read, up to a byte budget.
+///
+/// A value of hundreds of KiB or more is read into a buffer of its own, which the `Data` handed
+/// to the caller owns. Allocated and freed once a read, such a buffer comes from `mmap` and goes
+/// back with `munmap` (glibc serves large allocations that way), so every read pays the kernel
+/// for fresh pages: a fault and a zeroed page every 4 KiB, and the unmapping's TLB shootdown. On
+/// this machine that was a third of a fresh process's first reads of an image catalog
+/// (Docs/Benchmarks.md, "read buffers kept for the next read"). A buffer this keeps is already
+/// backed: the next read of a like size copies into pages that are there.
+///
+/// Only buffers of at least ``minimumSize`` are kept (smaller ones are the allocator's business,
+/// and its free lists keep them backed), and at most ``budget`` bytes of them at once, counted by
+/// capacity. A buffer comes back when the last `Data` sharing it is released; a buffer still held
+/// by a caller is not counted. A read takes the smallest kept buffer that fits.
+///
+/// Thread safety: any thread may take and give back (a `Data` is released wherever its last
+/// holder lets go). The kept buffers are guarded by a lock that is a leaf: nothing else is
+/// locked, and nothing freed, while it is held.
+public final class ReadBuffers: Sendable {
+    /// The least capacity a buffer must have to be kept: 64 KiB.
+    public static let minimumSize = 64 * 1_024
+
+    /// The most buffers kept at once.
+    public static let maximumCount = 32
+
+    /// The most bytes of kept buffers, counted by capacity; 0 keeps none.
+    public let budget: Int
+
+    /// The kept buffers, by capacity ascending, and their total capacity.
+    private struct Kept {
+        var buffers: [(capacity: Int, base: UnsafeMutableRawPointer)] = []
+        var bytes = 0
+    }
+
+    // `UnsafeMutableRawPointer` is not Sendable; the pointers are owned by this object and
+    // touched only under the lock.
+    private struct Guarded: @unchecked Sendable { var kept = Kept() }
+    private let state = Locked(Guarded())
+
+    /// Makes a pool keeping at most `budget` bytes of buffers.
+    public init(budget: Int) {
+        self.budget = max(0, budget)
+    }
+
+    deinit {
+        state.withLock { state in
+            for buffer in state.kept.buffers { buffer.base.deallocate() }
+            state.kept = Kept()
+        }
+    }
+
+    /// How many bytes of buffers are kept now (their capacities).
+    public var keptBytes: Int { state.withLock { $0.kept.bytes } }
+
+    /// How many buffers are kept now.
+    public var keptCount: Int { state.withLock { $0.kept.buffers.count } }
+
+    /// A buffer of at least `byteCount` bytes, aligned to 16, and its capacity: a kept one when
+    /// one fits, else a new one. Its bytes are whatever was there: the reader must fill what it
+    /// uses. Hand it back with ``giveBack(_:capacity:)`` or free it with `deallocate()`.
+    public func take(byteCount: Int) -> (base: UnsafeMutableRawPointer, capacity: Int) {
+        let wanted = max(byteCount, 1)
+        if wanted >= Self.minimumSize, budget > 0 {
+            let found = state.withLock { state -> (base: UnsafeMutableRawPointer, capacity: Int)? in
+                guard let index = state.kept.buffers.firstIndex(where: { $0.capacity >= wanted }) else { return nil }
+                let buffer = state.kept.buffers.remove(at: index)
+                state.kept.bytes -= buffer.capacity
+                return (buffer.base, buffer.capacity)
+            }
+            if let found { return found }
+        }
+        let capacity = capacity(for: wanted)
+        return (UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 16), capacity)
+    }
+
+    /// The capacity of a new buffer for `byteCount` bytes: one that could be kept gets the next
+    /// power of two, so that a later read of a like size (within 2×) finds it — its pages past
+    /// what a read fills are never touched, so they cost no memory; any other, `byteCount`.
+    func capacity(for byteCount: Int) -> Int {
+        let wanted = max(byteCount, 1)
+        guard wanted >= Self.minimumSize, wanted <= budget else { return wanted }
+        let rounded = 1 << (Int.bitWidth - (wanted - 1).leadingZeroBitCount)
+        return rounded <= budget ? rounded : wanted
+    }
+
+    /// Takes back a buffer ``take(byteCount:)`` gave: kept when it is large enough and fits the
+    /// budget — smaller kept buffers making room for it — freed otherwise.
+    public func giveBack(_ base: UnsafeMutableRawPointer, capacity: Int) {
+        guard capacity >= Self.minimumSize, capacity <= budget else {
+            base.deallocate()
+            return
+        }
+        let freed = state.withLock { state -> [UnsafeMutableRawPointer] in
+            // Room is made by dropping smaller buffers, smallest first, never a larger one; when
+            // even that would not make room, this one goes and the kept ones stay.
+            let smaller = state.kept.buffers.prefix { $0.capacity <= capacity }
+            let room = budget - (state.kept.bytes - smaller.reduce(0) { $0 + $1.capacity })
+            guard capacity <= room, state.kept.buffers.count < Self.maximumCount || !smaller.isEmpty else { return [base] }
+            var freed: [UnsafeMutableRawPointer] = []
+            var dropped = 0
+            while state.kept.bytes + capacity > budget || state.kept.buffers.count - dropped >= Self.maximumCount {
+                let smallest = state.kept.buffers[dropped]
+                state.kept.bytes -= smallest.capacity
+                freed.append(smallest.base)
+                dropped += 1
+            }
+            state.kept.buffers.removeFirst(dropped)
+            let index = state.kept.buffers.firstIndex { $0.capacity >= capacity } ?? state.kept.buffers.endIndex
+            state.kept.buffers.insert((capacity, base), at: index)
+            state.kept.bytes += capacity
+            return freed
+        }
+        // Freed outside the lock: an `munmap` takes a while.
+        for base in freed { base.deallocate() }
+    }
+
+    /// `count` bytes at `offset` in the buffer `base` of `capacity` bytes (from
+    /// ``take(byteCount:)``) as `Data` that gives the buffer back when released.
+    public func data(_ base: UnsafeMutableRawPointer, capacity: Int, offset: Int, count: Int) -> Data {
+        Data(
+            bytesNoCopy: base + offset, count: count,
+            deallocator: .custom { [self] pointer, _ in giveBack(pointer - offset, capacity: capacity) })
+    }
+
+    // For readers whose pool is optional: without one, a buffer of its own, freed with its `Data`.
+
+    static func take(byteCount: Int, from pool: ReadBuffers?) -> (base: UnsafeMutableRawPointer, capacity: Int) {
+        if let pool { return pool.take(byteCount: byteCount) }
+        let capacity = max(byteCount, 1)
+        return (UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 16), capacity)
+    }
+
+    static func giveBack(_ base: UnsafeMutableRawPointer, capacity: Int, to pool: ReadBuffers?) {
+        if let pool { pool.giveBack(base, capacity: capacity) } else { base.deallocate() }
+    }
+
+    static func data(
+        _ base: UnsafeMutableRawPointer, capacity: Int, offset: Int, count: Int, from pool: ReadBuffers?
+    ) -> Data {
+        if let pool { return pool.data(base, capacity: capacity, offset: offset, count: count) }
+        return Data(
+            bytesNoCopy: base + offset, count: count, deallocator: .custom { pointer, _ in (pointer - offset).deallocate() })
+    }
+}
