@@ -55,6 +55,14 @@ extension BenchmarkReport {
                 }
                 tail = ratios.joined(separator: "  ") + (tail.isEmpty ? "" : "  " + tail)
             }
+            // The median of several processes: give their spread.
+            if let processes = r.processesPerSecond, processes.count > 1, let low = processes.min(),
+                let high = processes.max()
+            {
+                tail +=
+                    (tail.isEmpty ? "" : "  ")
+                    + "median of \(processes.count) processes (\(number(low, 0))–\(number(high, 0))/s)"
+            }
             // A loop that read its bytes from disk measured the disk (DiskReads): say so.
             if let kibibytes = r.diskReadKiB, kibibytes >= 1_024 {
                 tail += (tail.isEmpty ? "" : "  ") + "read \(number(Double(kibibytes) / 1_024)) MiB from disk"

@@ -84,6 +84,9 @@ public struct BenchmarkResult: Codable, Sendable {
     /// went to the disk show here; their latencies are the disk's (Docs/Benchmarks.md, "pages
     /// the machine takes back").
     public var diskReadKiB: Int?
+    /// For a row that is the median of several fresh processes (the first reads), each
+    /// process's operations per second, in the order run; nil for a row timed once.
+    public var processesPerSecond: [Double]?
 }
 
 /// A target of DESIGN.md § Targets checked against this run.
