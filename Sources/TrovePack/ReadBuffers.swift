@@ -14,7 +14,8 @@ import TroveCore
 /// Only buffers of at least ``minimumSize`` are kept (smaller ones are the allocator's business,
 /// and its free lists keep them backed), and at most ``budget`` bytes of them at once, counted by
 /// capacity. A buffer comes back when the last `Data` sharing it is released; a buffer still held
-/// by a caller is not counted. A read takes the smallest kept buffer that fits.
+/// by a caller is not counted. New buffers are rounded up to a power of two, and a read reuses a
+/// kept buffer of its own power of two only.
 ///
 /// Thread safety: any thread may take and give back (a `Data` is released wherever its last
 /// holder lets go). The kept buffers are guarded by a lock that is a leaf: nothing else is
@@ -58,21 +59,25 @@ public final class ReadBuffers: Sendable {
     /// How many buffers are kept now.
     public var keptCount: Int { state.withLock { $0.kept.buffers.count } }
 
-    /// A buffer of at least `byteCount` bytes, aligned to 16, and its capacity: a kept one when
-    /// one fits, else a new one. Its bytes are whatever was there: the reader must fill what it
-    /// uses. Hand it back with ``giveBack(_:capacity:)`` or free it with `deallocate()`.
+    /// A buffer of at least `byteCount` bytes, aligned to 16, and its capacity: a kept one of
+    /// the size a new one would have (``capacity(for:)``) when there is one, else a new one. Its
+    /// bytes are whatever was there: the reader must fill what it uses. Hand it back with
+    /// ``giveBack(_:capacity:)`` or free it with `deallocate()`.
+    ///
+    /// Only a buffer of the same power of two is reused, never a larger one: a kept buffer's
+    /// pages were touched by earlier reads, and a value its caller holds (a memory tier's, say)
+    /// keeps them all resident — at most twice its size so, as a new buffer's untouched pages
+    /// cost nothing.
     public func take(byteCount: Int) -> (base: UnsafeMutableRawPointer, capacity: Int) {
-        let wanted = max(byteCount, 1)
-        if wanted >= Self.minimumSize, budget > 0 {
-            let found = state.withLock { state -> (base: UnsafeMutableRawPointer, capacity: Int)? in
-                guard let index = state.kept.buffers.firstIndex(where: { $0.capacity >= wanted }) else { return nil }
-                let buffer = state.kept.buffers.remove(at: index)
-                state.kept.bytes -= buffer.capacity
-                return (buffer.base, buffer.capacity)
+        let capacity = capacity(for: byteCount)
+        if capacity >= Self.minimumSize, capacity <= budget {
+            let found = state.withLock { state -> UnsafeMutableRawPointer? in
+                guard let index = state.kept.buffers.firstIndex(where: { $0.capacity == capacity }) else { return nil }
+                state.kept.bytes -= capacity
+                return state.kept.buffers.remove(at: index).base
             }
-            if let found { return found }
+            if let found { return (found, capacity) }
         }
-        let capacity = capacity(for: wanted)
         return (UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 16), capacity)
     }
 

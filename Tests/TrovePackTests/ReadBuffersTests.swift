@@ -28,7 +28,7 @@ import TroveTestSupport
         #expect(ReadBuffers(budget: 0).capacity(for: 600_000) == 600_000)
     }
 
-    @Test func keepsLargeBuffersWithinItsBudgetAndHandsTheSmallestThatFits() {
+    @Test func keepsLargeBuffersWithinItsBudgetAndHandsOneOfTheSamePowerOfTwo() {
         let pool = ReadBuffers(budget: 1 << 20)
         let a = pool.take(byteCount: 300_000)
         let b = pool.take(byteCount: 100_000)
@@ -36,10 +36,10 @@ import TroveTestSupport
         pool.giveBack(a.base, capacity: a.capacity)
         pool.giveBack(b.base, capacity: b.capacity)
         #expect(pool.keptCount == 2 && pool.keptBytes == (1 << 19) + (1 << 17))
-        // The smallest that fits: b for 90 000, a for 200 000; nothing kept fits 500 000.
+        // Each read its own power of two: b for 90 000, a for 400 000.
         let c = pool.take(byteCount: 90_000)
         #expect(c.base == b.base && c.capacity == 1 << 17)
-        let d = pool.take(byteCount: 200_000)
+        let d = pool.take(byteCount: 400_000)
         #expect(d.base == a.base && d.capacity == 1 << 19)
         #expect(pool.keptCount == 0 && pool.keptBytes == 0)
         let e = pool.take(byteCount: 500_000)
@@ -47,7 +47,10 @@ import TroveTestSupport
         // c and d kept; e needs c gone to fit the budget, not d.
         for buffer in [c, d, e] { pool.giveBack(buffer.base, capacity: buffer.capacity) }
         #expect(pool.keptBytes == 1 << 20 && pool.keptCount == 2)
-        #expect(pool.take(byteCount: Self.minimum).capacity == 1 << 19)
+        // Never a larger one: 64 KiB gets a new buffer, though 512 KiB ones are kept.
+        let small = pool.take(byteCount: Self.minimum)
+        #expect(small.capacity == Self.minimum && pool.keptCount == 2)
+        pool.giveBack(small.base, capacity: small.capacity)
     }
 
     @Test func smallBuffersAndANoBudgetPoolKeepNothing() {
@@ -113,12 +116,11 @@ import TroveTestSupport
                 let (base, capacity) = pool.take(byteCount: byteCount)
                 #expect(capacity >= max(byteCount, 1))
                 #expect(!held.contains { $0.base == base }, "a buffer handed out twice")
-                // The model: the smallest kept buffer that fits, when the request is large.
-                if byteCount >= Self.minimum, budget > 0, let index = kept.firstIndex(where: { $0 >= byteCount }) {
-                    #expect(capacity == kept[index])
+                // The model: a kept buffer of the request's power of two, else a new one of it.
+                #expect(capacity == pool.capacity(for: byteCount))
+                if let index = kept.firstIndex(of: capacity) {
+                    #expect(capacity >= Self.minimum)
                     kept.remove(at: index)
-                } else {
-                    #expect(capacity == pool.capacity(for: byteCount))
                 }
                 let stamp = UInt8(truncatingIfNeeded: step)
                 Self.stamp(base, capacity: capacity, with: stamp)
