@@ -3,19 +3,20 @@ import TroveCore
 
 /// Large read buffers kept for the next read, up to a byte budget.
 ///
-/// A value of hundreds of KiB or more is read into a buffer of its own, which the `Data` handed
-/// to the caller owns. Allocated and freed once a read, such a buffer comes from `mmap` and goes
-/// back with `munmap` (glibc serves large allocations that way), so every read pays the kernel
-/// for fresh pages: a fault and a zeroed page every 4 KiB, and the unmapping's TLB shootdown. On
-/// this machine that was a third of a fresh process's first reads of an image catalog
-/// (Docs/Benchmarks.md, "read buffers kept for the next read"). A buffer this keeps is already
-/// backed: the next read of a like size copies into pages that are there.
+/// A value is read into a buffer of its own, which the `Data` handed to the caller owns. Freed
+/// with it, a large buffer's pages go back to the kernel sooner or later (glibc unmaps large
+/// blocks, and trims the top of a heap past a threshold it moves as it goes), and the next large
+/// read pays for fresh ones: a fault and a zeroed page every 4 KiB, which is where most of a
+/// fresh process's page faults went when it read an image catalog once (Docs/Benchmarks.md,
+/// "read buffers kept for the next read"). A buffer kept here is already backed: the next read
+/// of its size copies into pages that are there.
 ///
-/// Only buffers of at least ``minimumSize`` are kept (smaller ones are the allocator's business,
-/// and its free lists keep them backed), and at most ``budget`` bytes of them at once, counted by
-/// capacity. A buffer comes back when the last `Data` sharing it is released; a buffer still held
-/// by a caller is not counted. New buffers are rounded up to a power of two, and a read reuses a
-/// kept buffer of its own power of two only.
+/// Only buffers of at least ``minimumSize`` are kept (smaller ones are the allocator's business),
+/// at most ``budget`` bytes of them counted by capacity and at most ``maximumCount``; the buffers
+/// given back longest ago make room. A buffer comes back when the last `Data` sharing it is
+/// released; a buffer a caller still holds is the caller's, not counted. New buffers are rounded
+/// up to a power of two, and a read reuses a kept buffer of its own power of two only, so a
+/// value held keeps under twice its size resident.
 ///
 /// Thread safety: any thread may take and give back (a `Data` is released wherever its last
 /// holder lets go). The kept buffers are guarded by a lock that is a leaf: nothing else is
@@ -30,7 +31,7 @@ public final class ReadBuffers: Sendable {
     /// The most bytes of kept buffers, counted by capacity; 0 keeps none.
     public let budget: Int
 
-    /// The kept buffers, by capacity ascending, and their total capacity.
+    /// The kept buffers, in the order they were given back, and their total capacity.
     private struct Kept {
         var buffers: [(capacity: Int, base: UnsafeMutableRawPointer)] = []
         var bytes = 0
@@ -72,7 +73,7 @@ public final class ReadBuffers: Sendable {
         let capacity = capacity(for: byteCount)
         if capacity >= Self.minimumSize, capacity <= budget {
             let found = state.withLock { state -> UnsafeMutableRawPointer? in
-                guard let index = state.kept.buffers.firstIndex(where: { $0.capacity == capacity }) else { return nil }
+                guard let index = state.kept.buffers.lastIndex(where: { $0.capacity == capacity }) else { return nil }
                 state.kept.bytes -= capacity
                 return state.kept.buffers.remove(at: index).base
             }
@@ -91,30 +92,24 @@ public final class ReadBuffers: Sendable {
         return rounded <= budget ? rounded : wanted
     }
 
-    /// Takes back a buffer ``take(byteCount:)`` gave: kept when it is large enough and fits the
-    /// budget — smaller kept buffers making room for it — freed otherwise.
+    /// Takes back a buffer ``take(byteCount:)`` gave: kept when it is large enough and not
+    /// larger than the budget — the buffers given back longest ago making room for it — freed
+    /// otherwise.
     public func giveBack(_ base: UnsafeMutableRawPointer, capacity: Int) {
         guard capacity >= Self.minimumSize, capacity <= budget else {
             base.deallocate()
             return
         }
         let freed = state.withLock { state -> [UnsafeMutableRawPointer] in
-            // Room is made by dropping smaller buffers, smallest first, never a larger one; when
-            // even that would not make room, this one goes and the kept ones stay.
-            let smaller = state.kept.buffers.prefix { $0.capacity <= capacity }
-            let room = budget - (state.kept.bytes - smaller.reduce(0) { $0 + $1.capacity })
-            guard capacity <= room, state.kept.buffers.count < Self.maximumCount || !smaller.isEmpty else { return [base] }
-            var freed: [UnsafeMutableRawPointer] = []
+            // Room is made by the buffers given back longest ago.
             var dropped = 0
             while state.kept.bytes + capacity > budget || state.kept.buffers.count - dropped >= Self.maximumCount {
-                let smallest = state.kept.buffers[dropped]
-                state.kept.bytes -= smallest.capacity
-                freed.append(smallest.base)
+                state.kept.bytes -= state.kept.buffers[dropped].capacity
                 dropped += 1
             }
+            let freed = state.kept.buffers[..<dropped].map(\.base)
             state.kept.buffers.removeFirst(dropped)
-            let index = state.kept.buffers.firstIndex { $0.capacity >= capacity } ?? state.kept.buffers.endIndex
-            state.kept.buffers.insert((capacity, base), at: index)
+            state.kept.buffers.append((capacity, base))
             state.kept.bytes += capacity
             return freed
         }

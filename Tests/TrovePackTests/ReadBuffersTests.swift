@@ -44,7 +44,7 @@ import TroveTestSupport
         #expect(pool.keptCount == 0 && pool.keptBytes == 0)
         let e = pool.take(byteCount: 500_000)
         #expect(e.base != a.base && e.base != b.base && e.capacity == 1 << 19)
-        // c and d kept; e needs c gone to fit the budget, not d.
+        // c and d kept; e needs room, which c, given back first, makes.
         for buffer in [c, d, e] { pool.giveBack(buffer.base, capacity: buffer.capacity) }
         #expect(pool.keptBytes == 1 << 20 && pool.keptCount == 2)
         // Never a larger one: 64 KiB gets a new buffer, though 512 KiB ones are kept.
@@ -66,25 +66,26 @@ import TroveTestSupport
         #expect(negative.budget == 0)
     }
 
-    @Test func aLargerBufferDisplacesSmallerOnesButNeverALargerOne() {
+    @Test func theBuffersGivenBackLongestAgoMakeRoom() {
         let pool = ReadBuffers(budget: 1 << 20)
-        // Buffers of 128, 256 and 512 KiB (the allocator's; given back as the pool's).
         func buffer(_ capacity: Int) -> UnsafeMutableRawPointer {
             UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 16)
         }
-        pool.giveBack(buffer(1 << 17), capacity: 1 << 17)
         pool.giveBack(buffer(1 << 18), capacity: 1 << 18)
-        // 384 KiB kept; 768 KiB more needs the 128 KiB one gone, not the 256 KiB one too.
+        pool.giveBack(buffer(1 << 17), capacity: 1 << 17)
+        // 384 KiB kept; 768 KiB more needs 128 KiB of room: the 256 KiB one, given back first, goes.
         pool.giveBack(buffer(3 << 18), capacity: 3 << 18)
-        #expect(pool.keptBytes == 1 << 20 && pool.keptCount == 2)
-        // A 192 KiB buffer does not fit, and only larger ones are kept: it goes.
-        pool.giveBack(buffer(3 << 16), capacity: 3 << 16)
-        #expect(pool.keptBytes == 1 << 20 && pool.keptCount == 2)
+        #expect(pool.keptBytes == (1 << 17) + (3 << 18) && pool.keptCount == 2)
+        // A large kept buffer does not lock smaller ones out: given back earlier, it makes room.
+        pool.giveBack(buffer(1 << 16), capacity: 1 << 16)
+        #expect(pool.keptBytes == (1 << 17) + (3 << 18) + (1 << 16) && pool.keptCount == 3)
+        pool.giveBack(buffer(1 << 18), capacity: 1 << 18)
+        #expect(pool.keptBytes == (1 << 16) + (1 << 18) && pool.keptCount == 2)
         // One over the budget is never kept, and displaces nothing.
         let huge = pool.take(byteCount: (1 << 20) + 1)
         #expect(huge.capacity == (1 << 20) + 1)
         pool.giveBack(huge.base, capacity: huge.capacity)
-        #expect(pool.keptBytes == 1 << 20 && pool.keptCount == 2)
+        #expect(pool.keptBytes == (1 << 16) + (1 << 18) && pool.keptCount == 2)
     }
 
     @Test func keepsAtMostItsCountOfBuffers() {
@@ -93,13 +94,13 @@ import TroveTestSupport
             pool.giveBack(UnsafeMutableRawPointer.allocate(byteCount: Self.minimum, alignment: 16), capacity: Self.minimum)
         }
         #expect(pool.keptCount == ReadBuffers.maximumCount)
-        // At the count, a larger one displaces the smallest.
+        // At the count, the oldest makes room.
         pool.giveBack(UnsafeMutableRawPointer.allocate(byteCount: 1 << 17, alignment: 16), capacity: 1 << 17)
         #expect(pool.keptCount == ReadBuffers.maximumCount)
         #expect(pool.keptBytes == (ReadBuffers.maximumCount - 1) * Self.minimum + (1 << 17))
     }
 
-    /// Random takes and gives against a model of what is kept and what is held: the budget is
+    /// Random takes and gives against a model of what is kept (in the order given back) and what is held: the budget is
     /// never exceeded, what is kept is what the model says, and no buffer is handed out while
     /// a holder has it.
     @Test(arguments: [0, 1, 2, 3, 4]) func matchesAModelOverRandomTakesAndGives(seed: UInt64) {
@@ -107,7 +108,7 @@ import TroveTestSupport
         let budget = [0, 200_000, 1 << 20, 5 << 20][Int(seed % 4)]
         let pool = ReadBuffers(budget: budget)
         var held: [(base: UnsafeMutableRawPointer, capacity: Int, stamp: UInt8)] = []
-        var kept: [Int] = []  // capacities, ascending
+        var kept: [Int] = []  // capacities, in the order given back
         for step in 0..<3_000 {
             if held.isEmpty || (held.count < 12 && Bool.random(using: &generator)) {
                 let size = [1, 4_096, Self.minimum - 1, Self.minimum, 100_000, 700_000, 2_000_000].randomElement(
@@ -118,7 +119,7 @@ import TroveTestSupport
                 #expect(!held.contains { $0.base == base }, "a buffer handed out twice")
                 // The model: a kept buffer of the request's power of two, else a new one of it.
                 #expect(capacity == pool.capacity(for: byteCount))
-                if let index = kept.firstIndex(of: capacity) {
+                if let index = kept.lastIndex(of: capacity) {
                     #expect(capacity >= Self.minimum)
                     kept.remove(at: index)
                 }
@@ -152,12 +153,8 @@ import TroveTestSupport
 
     private func modelGiveBack(_ capacity: Int, kept: inout [Int], budget: Int) {
         guard capacity >= Self.minimum, capacity <= budget else { return }
-        let smaller = kept.prefix { $0 <= capacity }
-        guard kept.reduce(0, +) - smaller.reduce(0, +) + capacity <= budget,
-            kept.count < ReadBuffers.maximumCount || !smaller.isEmpty
-        else { return }
         while kept.reduce(0, +) + capacity > budget || kept.count >= ReadBuffers.maximumCount { kept.removeFirst() }
-        kept.insert(capacity, at: kept.firstIndex { $0 >= capacity } ?? kept.endIndex)
+        kept.append(capacity)
     }
 
     @Test func aValuesDataGivesItsBufferBackOnlyWhenItsLastHolderLetsGo() throws {
