@@ -374,3 +374,28 @@ import TroveTestSupport
         #expect(lines.filter { $0.contains("from disk") }.count == 1)
     }
 }
+
+/// The first-read row is the median of several fresh processes (FirstReadBenchmark).
+@Suite struct FirstReadRoundsTests {
+    @Test func theMedianProcessIsTheMiddleOneAndTheLowerOfTwo() {
+        #expect(FirstReadBenchmark.medianIndex([0.3, 0.1, 0.2]) == 2)
+        #expect(FirstReadBenchmark.medianIndex([5, 1, 4, 2, 3]) == 4)
+        #expect(FirstReadBenchmark.medianIndex([0.4, 0.1]) == 1)
+        #expect(FirstReadBenchmark.medianIndex([7]) == 0)
+    }
+
+    @Test func aFullRunTimesFiveProcessesAndAQuickOneOne() {
+        #expect(FirstReadBenchmark.firstReadRounds(.standard) == 5)
+        #expect(FirstReadBenchmark.firstReadRounds(.quick) == 1)
+    }
+
+    @Test func theTableGivesTheProcessesSpread() {
+        var row = BenchmarkResult(
+            workload: "first read (fresh process)", engine: "Trove", operations: 3_000, seconds: 0.1, opsPerSecond: 30_000,
+            p50Microseconds: 10, p99Microseconds: 300, metric: nil, metricName: nil)
+        row.processesPerSecond = [31_000, 28_000, 30_000, 35_500, 29_000]
+        let plan = BenchmarkPlan(population: 1, scaleEntries: 1, operationScale: 1, directory: nil)
+        let table = BenchmarkReport(plan: plan, results: [row], targets: []).table()
+        #expect(table.contains("median of 5 processes (28000–35500/s)"))
+    }
+}
