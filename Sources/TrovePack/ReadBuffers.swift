@@ -20,7 +20,7 @@ import TroveCore
 ///
 /// Thread safety: any thread may take and give back (a `Data` is released wherever its last
 /// holder lets go). The kept buffers are guarded by a lock that is a leaf: nothing else is
-/// locked, and nothing freed, while it is held.
+/// locked while it is held, and nothing freed but in `deinit`, when no one else can hold it.
 public final class ReadBuffers: Sendable {
     /// The least capacity a buffer must have to be kept: 64 KiB.
     public static let minimumSize = 64 * 1_024
@@ -87,7 +87,8 @@ public final class ReadBuffers: Sendable {
     /// what a read fills are never touched, so they cost no memory; any other, `byteCount`.
     func capacity(for byteCount: Int) -> Int {
         let wanted = max(byteCount, 1)
-        guard wanted >= Self.minimumSize, wanted <= budget else { return wanted }
+        // Past 2^62 the next power of two is not an Int (and no budget that large is kept).
+        guard wanted >= Self.minimumSize, wanted <= budget, wanted <= 1 << 62 else { return wanted }
         let rounded = 1 << (Int.bitWidth - (wanted - 1).leadingZeroBitCount)
         return rounded <= budget ? rounded : wanted
     }
