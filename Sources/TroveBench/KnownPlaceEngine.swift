@@ -1,14 +1,16 @@
 public import Foundation
 import TroveCore
 import TrovePack
+import TroveStore
 
 /// The floor of a read or a write, as an engine: every value appended to one file, and every key's
 /// place (offset, length, and the XXH3-64 of the value) held in a dictionary that opening loads
 /// whole from a side file. A get is one dictionary lookup and one `pread` of exactly the value
 /// into a buffer — the least any engine that copies values out of the page cache can do —
 /// and, with ``verifies``, the XXH3-64 of the bytes compared with the stored one, the check
-/// Trove makes of every record it reads. Its buffers are kept for the next reads as Trove's are
-/// (``ReadBuffers``, the same 8 MiB budget), so that it stays the floor of Trove's reads.
+/// Trove makes of every record it reads. It keeps its read buffers as a store does by default
+/// (``ReadBuffers``, `Store.Configuration.readBufferRetention`), so that it stays the floor of
+/// Trove's reads.
 ///
 /// A put is the mirror image: one `pwrite` appending the value, its XXH3-64 and a dictionary
 /// insert — what is left of a write once the index and durability cost nothing.
@@ -40,7 +42,7 @@ public final class KnownPlaceEngine: BlobStoring, @unchecked Sendable {
     private let descriptor: Int32
     private var places: [String: Place] = [:]
     /// Read buffers kept for the next gets, as a store's default configuration keeps them.
-    private let buffers = ReadBuffers(budget: 8 << 20)
+    private let buffers = ReadBuffers(budget: Store.Configuration().readBufferRetention)
     private var end: UInt64
     private var syncer: BatchSyncer?
     /// The place of each value put since ``deduplicates`` was turned on, by its XXH3-128.

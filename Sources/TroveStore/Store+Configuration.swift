@@ -71,16 +71,21 @@ extension Store {
         public var locationCacheLimit: Int = 100_000
 
         /// How many bytes of large read buffers the store keeps for its next gets, counted by
-        /// capacity; 0 keeps none. Default: 8 MiB.
+        /// capacity; 0 keeps none. Default: 0.
         ///
-        /// A value of 64 KiB or more is read into a buffer of its own, owned by the `Data`
-        /// returned. Freed with it, the next large read gets fresh pages from the kernel — a fault
-        /// and a zeroed page every 4 KiB — which cost a third of a fresh process's first reads of
-        /// an image catalog here (Docs/Benchmarks.md, "read buffers kept for the next read").
-        /// Kept, the next read copies into pages that are already there. The budget counts
-        /// buffers the store holds, not those its callers still hold: the process's memory for
-        /// reads is this plus the values alive in the caller (Docs/Architecture.md, "Memory").
-        public var readBufferRetention: Int = 8 << 20
+        /// A read of 64 KiB or more (a value's record and its link's) goes into a buffer of its
+        /// own, owned by the `Data` returned. Freed with it, its pages go back to the kernel
+        /// sooner or later, and a later large read pays for fresh ones: a fault and a zeroed page
+        /// every 4 KiB. Kept (``ReadBuffers``), the next read of its power of two copies into
+        /// pages that are there. In a fresh process reading an image catalog once, 8 MiB cut the
+        /// page faults by about 60 % and made the first reads 6–14 % faster, but raised the
+        /// process's peak resident memory by about 7 MiB, most of the room the store's memory
+        /// budget leaves over one file per entry — hence off (Docs/Benchmarks.md, "read buffers
+        /// kept for the next read"). Turn it on for a process that reads many large values and
+        /// can spare the memory. The budget counts buffers the store holds, not those its callers
+        /// still hold: a value held keeps under twice its size resident (Docs/Architecture.md,
+        /// "Memory").
+        public var readBufferRetention: Int = 0
 
         /// Read-only index connections kept for concurrent gets. Default: 4.
         public var readerConnections: Int = 4

@@ -57,7 +57,7 @@ import TroveTestSupport
                     for (i, value) in small.enumerated() { try store.put(value, for: key(i)) }
                     try store.close()
                 }
-                let store = try openStore(dir)
+                let store = try openStore(dir) { $0.readBufferRetention = 8 << 20 }
                 defer { try? store.close() }
                 var held: [Data] = []
                 for i in small.indices {
@@ -103,7 +103,7 @@ import TroveTestSupport
                     for i in 0..<count { try store.put(Data(testBytes(seed: 2_000 + UInt64(i), count: 70_000)), for: key(i)) }
                     try store.close()
                 }
-                let store = try openStore(dir)
+                let store = try openStore(dir) { $0.readBufferRetention = 8 << 20 }
                 defer { try? store.close() }
                 _ = try store.data(for: largeKey)
                 let before = statmResident()

@@ -30,7 +30,7 @@ import TroveTestSupport
                 try store.put(second, for: key(2))
                 try store.close()
             }
-            let store = try openStore(dir)
+            let store = try openStore(dir) { $0.readBufferRetention = 8 << 20 }
             defer { try? store.close() }
             #expect(try store.data(for: key(1)) == first)
             #expect(store.readBuffers.keptCount == 1)
