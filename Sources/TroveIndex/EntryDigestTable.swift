@@ -75,8 +75,13 @@ public final class EntryDigestTable: Sendable {
     /// records it names).
     public func placedCandidates(_ digest: ContentHash) -> [(id: Int64, place: EntryPlace)] {
         let key = key(of: digest)
+        // One pass over the run and one array (a get's first read takes this path).
         return state.withLock { state in
-            state.slots.ids(for: key).compactMap { id in state.places[id].map { (id, $0) } }
+            var found: [(id: Int64, place: EntryPlace)] = []
+            state.slots.forEachID(for: key) { id in
+                if let place = state.places[id], !found.contains(where: { $0.id == id }) { found.append((id, place)) }
+            }
+            return found
         }
     }
 
@@ -419,6 +424,8 @@ struct DigestShards {
 
     func ids(for key: UInt64) -> [Int64] { shards[Self.shard(key)].ids(for: key) }
 
+    func forEachID(for key: UInt64, _ body: (Int64) -> Void) { shards[Self.shard(key)].forEachID(for: key, body) }
+
     func contains(_ key: UInt64) -> Bool { shards[Self.shard(key)].contains(key) }
 
     mutating func insert(_ key: UInt64, id: Int64) { shards[Self.shard(key)].insert(key, id: id) }
@@ -456,14 +463,19 @@ struct DigestSlots {
 
     func ids(for key: UInt64) -> [Int64] {
         var found: [Int64] = []
+        // A pair held twice (a row deleted and its id given again in one transaction) is one
+        // candidate.
+        forEachID(for: key) { id in if !found.contains(id) { found.append(id) } }
+        return found
+    }
+
+    /// Calls `body` with each id held under `key`, a pair held twice twice.
+    func forEachID(for key: UInt64, _ body: (Int64) -> Void) {
         var i = home(key)
         while keys[i] != 0 {
-            // A pair held twice (a row deleted and its id given again in one transaction) is
-            // one candidate.
-            if keys[i] == key && !found.contains(ids[i]) { found.append(ids[i]) }
+            if keys[i] == key { body(ids[i]) }
             i = (i + 1) & mask
         }
-        return found
     }
 
     func contains(_ key: UInt64) -> Bool {

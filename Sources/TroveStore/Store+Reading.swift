@@ -23,12 +23,17 @@ extension Store {
     ///   the key was rewritten and its old blob reclaimed under this read eight times running),
     ///   `.io`, `.index` or `.closed`.
     public func entry(for key: CacheKey) throws(StoreError) -> Entry? {
+        try read(key).map { Entry(data: $0.data, info: info($0.entry)) }
+    }
+
+    /// `key`'s row and verified bytes, for ``entry(for:)`` and ``data(for:)``.
+    private func read(_ key: CacheKey) throws(StoreError) -> (entry: IndexedEntry, data: Data)? {
         // A read whose blob went with a newer write of the key (the compactor reclaimed it
         // between the lookup and the read) looks again.
         for _ in 0..<Self.supersededReadAttempts {
             guard let (found, read) = try locateReading(key) else { return nil }
-            if let data = read { return Entry(data: data, info: info(found)) }
-            if let data = try readBlob(of: found, key: key) { return Entry(data: data, info: info(found)) }
+            if let data = read { return (found, data) }
+            if let data = try readBlob(of: found, key: key) { return (found, data) }
         }
         throw StoreError(
             code: .missingSegment,
@@ -41,7 +46,7 @@ extension Store {
 
     /// The bytes stored under `key`, verified; nil when there are none. See ``entry(for:)``.
     public func data(for key: CacheKey) throws(StoreError) -> Data? {
-        try entry(for: key)?.data
+        try read(key)?.data
     }
 
     /// What the store knows about `key`'s entry, without reading its bytes; nil when there is
@@ -160,8 +165,12 @@ extension Store {
         let now = configuration.clock()
         let (slot, previousRead, generation, closed) = shared.withLock { state in
             let slot = state.map.slot(for: key)
-            let previous = state.readTimes[key]
-            if noteRead, case .present(let found) = slot, !found.isExpired(at: now) { state.readTimes[key] = now }
+            let previous: Int64?
+            if noteRead, case .present(let found) = slot, !found.isExpired(at: now) {
+                previous = state.readTimes.updateValue(now, forKey: key)
+            } else {
+                previous = state.readTimes[key]
+            }
             return (slot, previous, state.map.generation, state.isClosed)
         }
         if closed { throw Self.closedError(directory) }

@@ -151,8 +151,14 @@ struct LocationMap {
     /// A get that missed found `entry` in the index, having read ``generation`` as `readAt`
     /// before it looked: cached only if nothing changed since and no slot appeared.
     mutating func fill(_ entry: IndexedEntry, for key: CacheKey, readAt: UInt64) {
-        guard generation == readAt, slots[key] == nil else { return }
-        slots[key] = .present(Box(entry, at: arrivals.append(key)))
+        guard generation == readAt else { return }
+        // One lookup where the key has no slot (a get's first read): insert, and put back the
+        // slot that was there in the rare case there was one.
+        let box = Box(entry, at: arrivals.append(key))
+        if let held = slots.updateValue(.present(box), forKey: key) {
+            slots[key] = held
+            _ = arrivals.remove(box.position)
+        }
     }
 
     // MARK: Moves
